@@ -1,0 +1,125 @@
+"""Compiling TIRx kernels: for the GPU present, or compile-only for sm_90a and sm_100a on
+a machine without a GPU, using pip's CUDA packages (NVRTC, CCCL headers, ptxas and
+cuobjdump) rather than whatever toolkit the machine happens to have.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+import shutil
+import subprocess
+import tempfile
+
+
+class BuildError(Exception):
+    pass
+
+
+@functools.lru_cache(maxsize=1)
+def pip_cuda_root() -> str | None:
+    """The CUDA folder of pip's nvidia-cuda-* packages (site-packages/nvidia/cu13), if any."""
+    try:
+        import nvidia
+    except ImportError:
+        return None
+    for base in getattr(nvidia, "__path__", []):
+        root = os.path.join(base, "cu13")
+        if os.path.isdir(os.path.join(root, "include")):
+            return root
+    return None
+
+
+def configure_toolchain() -> str:
+    """Point TVM's NVRTC path at pip's CUDA folder; returns a description for reports.
+
+    An explicitly set CUDA_PATH wins (a machine with its own toolkit stays as it is).
+    """
+    if "CUDA_PATH" in os.environ:
+        return f"CUDA_PATH={os.environ['CUDA_PATH']} (set by the environment)"
+    root = pip_cuda_root()
+    if root is None:
+        raise BuildError("no CUDA headers: install the course's pip packages "
+                         "(nvidia-cuda-nvrtc, nvidia-cuda-cccl, nvidia-cuda-nvcc) or set CUDA_PATH")
+    os.environ["CUDA_PATH"] = root
+    return f"CUDA_PATH={root} (pip packages)"
+
+
+def nvrtc_options() -> list[str]:
+    root = os.environ.get("CUDA_PATH") or pip_cuda_root() or ""
+    opts = []
+    for cand in (os.path.join(root, "include", "cccl"), os.path.join(root, "targets", "x86_64-linux", "include", "cccl")):
+        if os.path.isdir(cand):
+            opts.append(f"-I{cand}")
+    pip_root = pip_cuda_root()
+    if pip_root and os.path.isdir(os.path.join(pip_root, "include", "cccl")):
+        opts.append(f"-I{os.path.join(pip_root, 'include', 'cccl')}")
+    return list(dict.fromkeys(opts))
+
+
+def tool(name: str) -> str | None:
+    """A CUDA command-line tool (ptxas, cuobjdump, nvdisasm): pip's first, then PATH."""
+    root = pip_cuda_root()
+    if root and os.path.exists(os.path.join(root, "bin", name)):
+        return os.path.join(root, "bin", name)
+    return shutil.which(name)
+
+
+def target(arch: str | None = None):
+    import tvm
+    if arch is None:
+        return tvm.target.Target("cuda")
+    return tvm.target.Target({"kind": "cuda", "arch": arch})
+
+
+@dataclasses.dataclass
+class Artifacts:
+    arch: str
+    cuda_source: str
+    ptx: str = ""
+    cubin: bytes = b""
+    sass: str = ""
+
+
+def lower(prim_func, arch: str | None = None):
+    """tvm.compile with the TIRx pipeline; returns the executable (callable on torch tensors
+    where a GPU is present) and its CUDA source."""
+    import tvm
+    configure_toolchain()
+    tgt = target(arch)
+    with tgt:
+        ex = tvm.compile(tvm.IRModule({"main": prim_func}), target=tgt, tir_pipeline="tirx")
+    return ex, ex.mod.imports[0].inspect_source()
+
+
+def compile_only(prim_func, arch: str, want_sass: bool = False) -> Artifacts:
+    """CUDA source, PTX and cubin for ``arch`` without a GPU. Raises BuildError with the
+    compiler's message (e.g. a tcgen05 instruction built for sm_90a)."""
+    from tvm.support import nvcc
+    try:
+        _, src = lower(prim_func, arch)
+    except Exception as e:  # noqa: BLE001 - a TIRx parse/lowering error is the student's verdict
+        raise BuildError(f"TIRx lowering for {arch} failed: {type(e).__name__}: {e}") from e
+    tgt = target(arch)
+    try:
+        with tgt:
+            ptx = nvcc.compile_cuda(src, "ptx", arch=arch, compiler="nvrtc", options=nvrtc_options())
+            cubin = nvcc.compile_cuda(src, "cubin", arch=arch, compiler="nvrtc", options=nvrtc_options())
+    except Exception as e:  # noqa: BLE001
+        raise BuildError(f"NVRTC compilation for {arch} failed: {e}") from e
+    ptx_text = bytes(ptx).decode(errors="replace")
+    art = Artifacts(arch, src, ptx_text, bytes(cubin))
+    if want_sass:
+        art.sass = disassemble(art.cubin)
+    return art
+
+
+def disassemble(cubin: bytes) -> str:
+    exe = tool("cuobjdump")
+    if exe is None:
+        return ""
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        out = subprocess.run([exe, "-sass", f.name], capture_output=True, text=True, timeout=120)
+    return out.stdout if out.returncode == 0 else ""

@@ -1,0 +1,108 @@
+"""Correctness: tolerances derived from dtype and reduction length, and a
+comparison that reports NaN/Inf mismatches and the worst and first bad elements."""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import torch
+
+# Unit roundoff of each storage dtype (half the distance between 1 and the next number).
+_EPS = {
+    torch.float16: 2.0 ** -11,
+    torch.bfloat16: 2.0 ** -8,
+    torch.float32: 2.0 ** -24,
+    torch.float64: 2.0 ** -53,
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Tolerance:
+    rtol: float
+    atol: float
+
+    def __str__(self) -> str:
+        return f"rtol={self.rtol:.2e}, atol={self.atol:.2e}"
+
+
+def tolerance(dtype: torch.dtype, reduction_length: int = 1, acc_dtype: torch.dtype = torch.float32,
+              magnitude: float = 1.0) -> Tolerance:
+    """Tolerance for a result stored in ``dtype`` after a sum of ``reduction_length`` terms
+    accumulated in ``acc_dtype``, compared with a reference computed in float64 from the
+    same (already rounded) inputs.
+
+    - Rounding the result to ``dtype`` costs at most half a unit in the last place:
+      ``rtol = 4 · eps(dtype)`` leaves a factor of 8 of room.
+    - A length-K sum in ``acc_dtype`` of terms of size ~``magnitude`` drifts by at most
+      about ``K · eps(acc) · magnitude`` (the classic bound for recursive summation);
+      it goes into ``atol`` because a sum of random signs can land near zero.
+    """
+    if dtype not in _EPS or acc_dtype not in _EPS:
+        raise ValueError(f"no tolerance rule for {dtype} accumulated in {acc_dtype}")
+    k = max(1, int(reduction_length))
+    rtol = 4 * _EPS[dtype]
+    atol = magnitude * (4 * _EPS[dtype] + 2 * k * _EPS[acc_dtype])
+    return Tolerance(rtol=rtol, atol=atol)
+
+
+@dataclasses.dataclass
+class Comparison:
+    ok: bool
+    message: str
+    max_abs_err: float
+    mismatches: int
+    total: int
+
+
+def _fmt_index(flat: int, shape: tuple[int, ...]) -> str:
+    idx = []
+    for dim in reversed(shape):
+        idx.append(flat % dim)
+        flat //= dim
+    return "[" + ", ".join(str(i) for i in reversed(idx)) + "]"
+
+
+def compare(out: torch.Tensor, ref: torch.Tensor, tol: Tolerance, name: str = "output") -> Comparison:
+    """Compare ``out`` with ``ref`` elementwise: |out - ref| <= atol + rtol·|ref|.
+
+    NaN or Inf where the reference has a finite value (or the reverse) always counts as a
+    mismatch. The message names the number of mismatches, the first and the worst one.
+    """
+    if tuple(out.shape) != tuple(ref.shape):
+        return Comparison(False, f"{name} has shape {tuple(out.shape)}, expected {tuple(ref.shape)}",
+                          math.inf, ref.numel(), ref.numel())
+    o = out.detach().to("cpu", torch.float64).reshape(-1)
+    r = ref.detach().to("cpu", torch.float64).reshape(-1)
+    total = r.numel()
+    finite_o, finite_r = torch.isfinite(o), torch.isfinite(r)
+    nonfinite_bad = (finite_o != finite_r) | (~finite_o & ~finite_r & ~((o == r) | (o.isnan() & r.isnan())))
+    err = (o - r).abs()
+    err = torch.where(finite_o & finite_r, err, torch.zeros_like(err))
+    bad = nonfinite_bad | (err > tol.atol + tol.rtol * r.abs())
+    n_bad = int(bad.sum())
+    max_err = float(err.max()) if total else 0.0
+    if n_bad == 0:
+        return Comparison(True, f"{name}: all {total} elements within {tol} (max abs error {max_err:.3g})",
+                          max_err, 0, total)
+    shape = tuple(ref.shape)
+    first = int(bad.nonzero()[0])
+    worst = int(torch.where(bad, torch.where(nonfinite_bad, torch.full_like(err, math.inf), err),
+                            torch.full_like(err, -1.0)).argmax())
+    n_nonfinite = int(nonfinite_bad.sum())
+    parts = [f"{name}: {n_bad} of {total} elements differ beyond {tol}"]
+    if n_nonfinite:
+        parts.append(f"{n_nonfinite} are NaN/Inf mismatches")
+    parts.append(f"first at {_fmt_index(first, shape)}: got {o[first].item():.6g}, expected {r[first].item():.6g}")
+    parts.append(f"worst at {_fmt_index(worst, shape)}: got {o[worst].item():.6g}, expected {r[worst].item():.6g}")
+    return Comparison(False, "; ".join(parts), max_err if not n_nonfinite else math.inf, n_bad, total)
+
+
+def close_scalar(got: float, expected: float, rel: float = 1e-6, abs_: float = 0.0) -> bool:
+    """Relative comparison of two numbers (answers of CPU parts)."""
+    try:
+        got = float(got)
+    except (TypeError, ValueError):
+        return False
+    if math.isnan(got) or math.isinf(got):
+        return False
+    return abs(got - expected) <= abs_ + rel * abs(expected)

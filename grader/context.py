@@ -1,0 +1,37 @@
+"""What a lab's grading function is given (the part, the seed, the GPU) and the
+Outcome it returns, turned into a PartResult."""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from . import hardware, report, spec
+
+
+@dataclasses.dataclass
+class Outcome:
+    fraction: float                  # of the part's points, in [0, 1]
+    message: str
+    measurements: dict[str, Any] = dataclasses.field(default_factory=dict)
+    verdict: str | None = None       # derived from fraction unless given
+
+
+@dataclasses.dataclass
+class Context:
+    lab: spec.LabSpec
+    part: spec.Part
+    seed: int
+    device: hardware.Device
+    public_only: bool = False
+
+    def to_result(self, outcome: Outcome) -> report.PartResult:
+        frac = min(1.0, max(0.0, outcome.fraction))
+        verdict = outcome.verdict or (report.PASSED if frac >= 1.0 else
+                                      report.PARTIAL if frac > 0 else report.FAILED)
+        return report.PartResult(self.lab.lab, self.part.id, self.part.title,
+                                 round(frac * self.part.points, 4), self.part.points, verdict,
+                                 outcome.message, self.part.needs_gpu, outcome.measurements)
+
+    def error_result(self, verdict: str, message: str) -> report.PartResult:
+        return report.PartResult(self.lab.lab, self.part.id, self.part.title, 0.0, self.part.points,
+                                 verdict, message, self.part.needs_gpu, {})

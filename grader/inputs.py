@@ -1,0 +1,72 @@
+"""Inputs generated per (lab, part, shape, seed).
+
+Every test input comes from a generator seeded by a hash of the lab, the part, the
+shape and a seed. The public seed is fixed so that a student sees the same inputs as
+the grader's public run; an instructor sets ``GRADER_SECRET_SEED`` so that hidden runs
+use inputs (and hidden cases) nobody saw before. The grader reads the secret once and
+removes it from the environment before any submission code runs.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+from typing import Sequence
+
+import torch
+
+PUBLIC_SEED = 20260101
+_SECRET_ENV = "GRADER_SECRET_SEED"
+_secret: int | None = None
+_secret_read = False
+
+
+def secret_seed() -> int | None:
+    """The instructor's secret seed, read once, then removed from the environment."""
+    global _secret, _secret_read
+    if not _secret_read:
+        raw = os.environ.pop(_SECRET_ENV, None)
+        _secret = int(raw) if raw not in (None, "") else None
+        _secret_read = True
+    return _secret
+
+
+def run_seed() -> int:
+    """The seed of this grading run: the secret one when set, else the public one."""
+    s = secret_seed()
+    return PUBLIC_SEED if s is None else s
+
+
+def derive_seed(*key: object, seed: int) -> int:
+    """A 63-bit seed from a key such as (lab, part, shape) and a run seed."""
+    text = "|".join(repr(k) for k in key) + f"|{seed}"
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little") >> 1
+
+
+def generator(lab: str, part: str, shape: Sequence[int], seed: int, device: str = "cpu") -> torch.Generator:
+    g = torch.Generator(device=device)
+    g.manual_seed(derive_seed(lab, part, tuple(shape), seed=seed))
+    return g
+
+
+def rng(lab: str, part: str, seed: int) -> random.Random:
+    """A Python RNG for generating hidden cases of CPU parts."""
+    return random.Random(derive_seed(lab, part, "cases", seed=seed))
+
+
+def randn(lab: str, part: str, shape: Sequence[int], seed: int, dtype: torch.dtype = torch.float16,
+          device: str = "cpu", index: int = 0) -> torch.Tensor:
+    """Standard-normal tensor, deterministic in (lab, part, shape, seed, index).
+
+    Drawn in float32 on the CPU (so CPU and GPU runs see the same numbers), then cast
+    and moved. Never zeros: zeros hide unwritten outputs.
+    """
+    g = torch.Generator(device="cpu")
+    g.manual_seed(derive_seed(lab, part, tuple(shape), index, seed=seed))
+    t = torch.randn(tuple(shape), generator=g, dtype=torch.float32)
+    return t.to(dtype).to(device)
+
+
+def poisoned_like(t: torch.Tensor) -> torch.Tensor:
+    """An output buffer filled with NaN, so that every element left unwritten shows up."""
+    return torch.full_like(t, float("nan"))

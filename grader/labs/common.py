@@ -1,0 +1,80 @@
+"""Helpers shared by the labs' grading functions."""
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+from .. import build, compare, hardware, inspect, timing
+from ..context import Context, Outcome
+
+
+def student(module, name: str) -> Callable:
+    fn = getattr(module, name, None)
+    if fn is None:
+        raise AttributeError(f"the notebook defines no {name}(): keep the function names of the skeleton")
+    return fn
+
+
+def grade_cases(fn: Callable, cases: list[tuple[Any, Any]], same: Callable[[Any, Any], bool],
+                label: Callable[[Any], str]) -> Outcome:
+    """Call ``fn(*args)`` for every (args, expected) case; fraction = share answered right.
+    NotImplementedError propagates (the part is not done, not wrong)."""
+    wrong = []
+    for args, expected in cases:
+        got = fn(*args)
+        if not same(got, expected):
+            wrong.append(f"{label(args)}: got {got!r}, expected {expected!r}")
+    n = len(cases)
+    ok = n - len(wrong)
+    msg = f"{ok}/{n} cases right"
+    if wrong:
+        msg += "; first wrong: " + wrong[0] + (f" (and {len(wrong) - 1} more)" if len(wrong) > 1 else "")
+    return Outcome(ok / n, msg, {"cases": n, "right": ok})
+
+
+def scalar_match(rel: float) -> Callable[[Any, Any], bool]:
+    return lambda got, exp: compare.close_scalar(got, exp, rel=rel)
+
+
+def build_part(module, ctx: Context) -> Outcome:
+    """Compile-only check for every arch the part lists, with its mechanism checks."""
+    p = ctx.part.params
+    builder = student(module, p["builder"])
+    args = {k: v for k, v in p.items() if k not in ("builder", "archs")}
+    per_arch, lines, meas = [], [], {}
+    for arch in p["archs"]:
+        try:
+            art = build.compile_only(builder(**args), arch)
+        except NotImplementedError:
+            raise
+        except build.BuildError as e:
+            per_arch.append(0.0)
+            lines.append(f"{arch}: does not build: {e}")
+            continue
+        checks = inspect.check_all(ctx.part.mechanisms, {"ptx": art.ptx, "cuda": art.cuda_source})
+        good = all(c.ok for c in checks)
+        per_arch.append(1.0 if good else 0.0)
+        meas[arch] = {c.name: c.count for c in checks}
+        lines.append(f"{arch}: builds; " + "; ".join(c.message for c in checks))
+    return Outcome(sum(per_arch) / len(per_arch), " | ".join(lines), meas)
+
+
+def require_gpu(ctx: Context) -> hardware.GPUSpec:
+    if not ctx.device.present:
+        raise RuntimeError(f"this part needs a GPU: {ctx.device.reason}")
+    return ctx.device.spec
+
+
+def perf_outcome(ctx: Context, ratio: float, measurements: dict[str, Any], what: str) -> Outcome:
+    """Credit for a same-run ratio against the part's threshold row for this GPU."""
+    th, row_note = ctx.part.threshold_for(ctx.device.spec)
+    frac = timing.credit(ratio, th.floor, th.full)
+    measurements.update({"ratio": ratio, "threshold_full": th.full, "threshold_floor": th.floor,
+                         "threshold_row": row_note, "threshold_status": th.status})
+    msg = (f"{what}: {ratio:.3f}x (full credit at {th.full:g}x, none at or below {th.floor:g}x; "
+           f"{row_note}, {th.status})")
+    return Outcome(frac, msg, measurements)
+
+
+def finite(x: float) -> bool:
+    return isinstance(x, (int, float)) and math.isfinite(x)

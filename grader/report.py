@@ -1,0 +1,174 @@
+"""One result schema for every graded part, the console table, and the exporters.
+
+A :class:`PartResult` is what every part of every lab produces, whether it was
+graded on the CPU, on a GPU, or skipped. A :class:`Report` bundles the results of
+one run with the facts needed to trust them later (GPU, clocks, versions, seed).
+Exporters turn a report into Gradescope's ``results.json`` or nbgrader scores.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import platform
+import sys
+import time
+from typing import Any, Iterable
+
+SCHEMA_VERSION = 1
+
+# Verdicts a part can end with.
+PASSED = "passed"        # full points
+PARTIAL = "partial"      # some points (performance between floor and full credit)
+FAILED = "failed"        # wrong result, missing mechanism, too slow, ...
+ERROR = "error"          # the submission crashed, timed out or did not build
+SKIPPED = "skipped"      # could not be graded here (no GPU); never counts as zero silently
+VERDICTS = (PASSED, PARTIAL, FAILED, ERROR, SKIPPED)
+
+
+@dataclasses.dataclass
+class PartResult:
+    lab: str
+    part: str
+    title: str
+    points: float
+    max_points: float
+    verdict: str
+    message: str = ""
+    needs_gpu: bool = False
+    measurements: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.verdict not in VERDICTS:
+            raise ValueError(f"unknown verdict {self.verdict!r}")
+        if not 0 <= self.points <= self.max_points + 1e-9:
+            raise ValueError(f"points {self.points} outside [0, {self.max_points}]")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def environment_facts() -> dict[str, Any]:
+    """Versions recorded with every report."""
+    facts: dict[str, Any] = {"python": platform.python_version(), "platform": platform.platform()}
+    for mod in ("torch", "tvm", "numpy"):
+        try:
+            facts[mod] = __import__(mod).__version__
+        except Exception:  # noqa: BLE001 - a missing module is a fact worth recording
+            facts[mod] = None
+    try:
+        import torch
+        facts["cuda_runtime"] = torch.version.cuda
+    except Exception:  # noqa: BLE001
+        facts["cuda_runtime"] = None
+    return facts
+
+
+@dataclasses.dataclass
+class Report:
+    results: list[PartResult]
+    gpu: dict[str, Any]
+    seed: int
+    submission: str
+    versions: dict[str, Any] = dataclasses.field(default_factory=environment_facts)
+    created: str = dataclasses.field(default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+    schema: int = SCHEMA_VERSION
+
+    @property
+    def points(self) -> float:
+        return sum(r.points for r in self.results)
+
+    @property
+    def max_points(self) -> float:
+        return sum(r.max_points for r in self.results)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": self.schema, "created": self.created, "submission": self.submission,
+            "seed": self.seed, "gpu": self.gpu, "versions": self.versions,
+            "points": self.points, "max_points": self.max_points,
+            "results": [r.to_dict() for r in self.results],
+        }
+
+    def write_json(self, path: str) -> None:
+        with open(path, "w") as f:
+            json.dump(self.to_dict(), f, indent=2, sort_keys=False)
+            f.write("\n")
+
+
+def load_json(path: str) -> dict[str, Any]:
+    with open(path) as f:
+        data = json.load(f)
+    validate(data)
+    return data
+
+
+def validate(data: dict[str, Any]) -> None:
+    """Raise ValueError when ``data`` is not a report of this schema."""
+    for key in ("schema", "gpu", "seed", "versions", "results", "points", "max_points"):
+        if key not in data:
+            raise ValueError(f"report lacks {key!r}")
+    if data["schema"] != SCHEMA_VERSION:
+        raise ValueError(f"report schema {data['schema']} is not {SCHEMA_VERSION}")
+    for r in data["results"]:
+        PartResult(**r)  # re-validates verdicts and points
+
+
+# ---------------------------------------------------------------- console output
+
+_MARK = {PASSED: "PASS", PARTIAL: "PART", FAILED: "FAIL", ERROR: "ERR ", SKIPPED: "SKIP"}
+
+
+def format_line(r: PartResult) -> str:
+    pts = "   -  " if r.verdict == SKIPPED else f"{r.points:5.2f}"
+    return f"  [{_MARK[r.verdict]}] {r.lab}/{r.part:<14} {pts} / {r.max_points:<4g} {r.message}"
+
+
+def format_table(results: Iterable[PartResult]) -> str:
+    results = list(results)
+    lines = [format_line(r) for r in results]
+    got = sum(r.points for r in results)
+    total = sum(r.max_points for r in results)
+    skipped = [r for r in results if r.verdict == SKIPPED]
+    gradable = total - sum(r.max_points for r in skipped)
+    lines.append(f"  total {got:g} / {total:g} points"
+                 + (f" ({len(skipped)} part(s) skipped, worth {total - gradable:g}: graded "
+                    f"{got:g} of the {gradable:g} gradable here)" if skipped else ""))
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- exporters
+
+def to_gradescope(report: Report) -> dict[str, Any]:
+    """Gradescope's results.json: one test per part; skipped parts score 0 and say why."""
+    tests = []
+    for r in report.results:
+        tests.append({
+            "name": f"{r.lab} / {r.part}: {r.title}",
+            "score": round(r.points, 4),
+            "max_score": r.max_points,
+            "status": "passed" if r.verdict == PASSED else "failed",
+            "output": f"[{r.verdict}] {r.message}",
+            "visibility": "visible",
+        })
+    gpu = report.gpu.get("name") or "no GPU"
+    return {
+        "score": round(report.points, 4),
+        "output": f"graded on {gpu}; seed {report.seed}; row {report.gpu.get('row', '-')}",
+        "tests": tests,
+        "visibility": "visible",
+    }
+
+
+def write_gradescope(report: Report, path: str) -> None:
+    with open(path, "w") as f:
+        json.dump(to_gradescope(report), f, indent=2)
+        f.write("\n")
+
+
+def nbgrader_score(result: PartResult) -> float:
+    """The number a grade cell leaves as its output: nbgrader reads it as partial credit."""
+    return float(round(result.points, 4))
+
+
+def print_progress(msg: str) -> None:
+    print(msg, flush=True)
