@@ -18,30 +18,37 @@ class BuildError(Exception):
 
 @functools.lru_cache(maxsize=1)
 def pip_cuda_root() -> str | None:
-    """The CUDA folder of pip's nvidia-cuda-* packages (site-packages/nvidia/cu13), if any."""
+    """The CUDA folder of pip's nvidia-cuda-* packages (site-packages/nvidia/cu13) when it holds
+    everything NVRTC needs (the runtime headers and CCCL), else None."""
     try:
         import nvidia
     except ImportError:
         return None
     for base in getattr(nvidia, "__path__", []):
         root = os.path.join(base, "cu13")
-        if os.path.isdir(os.path.join(root, "include")):
+        if (os.path.exists(os.path.join(root, "include", "cuda_runtime.h"))
+                and os.path.isdir(os.path.join(root, "include", "cccl", "cuda", "std"))):
             return root
     return None
 
 
 def configure_toolchain() -> str:
-    """Point TVM's NVRTC path at pip's CUDA folder; returns a description for reports.
+    """Point TVM's NVRTC path at a complete CUDA folder; returns a description for reports.
 
-    An explicitly set CUDA_PATH wins (a machine with its own toolkit stays as it is).
+    An explicitly set CUDA_PATH wins; then pip's CUDA packages (the same on every machine);
+    then TVM's own search (nvcc on PATH, /usr/local/cuda).
     """
     if "CUDA_PATH" in os.environ:
         return f"CUDA_PATH={os.environ['CUDA_PATH']} (set by the environment)"
     root = pip_cuda_root()
     if root is None:
+        if shutil.which("nvcc") or os.path.exists("/usr/local/cuda/bin/nvcc"):
+            return "system CUDA toolkit (nvcc on PATH or /usr/local/cuda)"
         raise BuildError("no CUDA headers: install the course's pip packages "
                          "(nvidia-cuda-nvrtc, nvidia-cuda-cccl, nvidia-cuda-nvcc) or set CUDA_PATH")
     os.environ["CUDA_PATH"] = root
+    # tvm.compile's own NVRTC call (used when a GPU is present) takes extra options from here.
+    os.environ.setdefault("TVM_CUDA_NVRTC_EXTRA_OPTS", f"-I{os.path.join(root, 'include', 'cccl')}")
     return f"CUDA_PATH={root} (pip packages)"
 
 

@@ -1,0 +1,69 @@
+import json
+import os
+import shutil
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+from grader import hardware  # noqa: E402
+
+
+def pytest_collection_modifyitems(config, items):
+    device = hardware.detect()
+    if device.present:
+        return
+    skip = pytest.mark.skip(reason=f"needs a GPU: {device.reason}")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def root():
+    return ROOT
+
+
+def load_notebook(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def edit_notebook(src, dst, replace):
+    """Copy notebook ``src`` to ``dst`` with text replacements {old: new} applied to code cells
+    (each replacement must apply at least once)."""
+    nb = load_notebook(src)
+    used = {k: 0 for k in replace}
+    for cell in nb["cells"]:
+        if cell["cell_type"] != "code":
+            continue
+        text = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+        for old, new in replace.items():
+            if old in text:
+                used[old] += 1
+                text = text.replace(old, new)
+        cell["source"] = text
+    missing = [k for k, v in used.items() if not v]
+    assert not missing, f"replacements not applied: {missing}"
+    os.makedirs(os.path.dirname(dst), exist_ok=True)
+    with open(dst, "w") as f:
+        json.dump(nb, f)
+    return dst
+
+
+@pytest.fixture
+def edit(tmp_path):
+    def _edit(src, replace, name=None):
+        dst = tmp_path / "sub" / (name or os.path.basename(src))
+        return edit_notebook(src, str(dst), replace)
+    return _edit
+
+
+def copy_course(root, dst):
+    """A minimal course directory (config, solutions) for running nbgrader in isolation."""
+    shutil.copy(os.path.join(root, "nbgrader_config.py"), dst)
+    shutil.copytree(os.path.join(root, "solutions"), os.path.join(dst, "solutions"),
+                    ignore=shutil.ignore_patterns("*.png", "generated", "__pycache__", ".ipynb_checkpoints"))

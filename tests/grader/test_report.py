@@ -1,0 +1,57 @@
+import json
+
+import pytest
+
+from grader import report
+
+
+def _results():
+    return [
+        report.PartResult("lab1_roofline", "a", "A", 2.0, 2.0, report.PASSED, "ok"),
+        report.PartResult("lab1_roofline", "b", "B", 1.5, 3.0, report.PARTIAL, "0.7x", True, {"ratio": 0.7}),
+        report.PartResult("lab1_roofline", "c", "C", 0.0, 3.0, report.SKIPPED, "needs a GPU", True),
+    ]
+
+
+def test_report_roundtrip(tmp_path):
+    rep = report.Report(_results(), {"name": "NVIDIA H200", "row": "H200"}, seed=7, submission="x")
+    path = tmp_path / "r.json"
+    rep.write_json(str(path))
+    data = report.load_json(str(path))
+    assert data["points"] == 3.5 and data["max_points"] == 8.0
+    assert data["gpu"]["name"] == "NVIDIA H200" and data["seed"] == 7
+    assert data["versions"]["python"]
+
+
+def test_validate_rejects_bad_reports():
+    with pytest.raises(ValueError):
+        report.validate({"schema": 1})
+    bad = report.Report(_results(), {}, 1, "x").to_dict()
+    bad["results"][0]["verdict"] = "great"
+    with pytest.raises(ValueError):
+        report.validate(bad)
+
+
+def test_points_cannot_exceed_max():
+    with pytest.raises(ValueError):
+        report.PartResult("l", "p", "t", 3.0, 2.0, report.PASSED)
+
+
+def test_table_names_skipped_parts():
+    text = report.format_table(_results())
+    assert "SKIP" in text and "1 part(s) skipped" in text and "3.5 / 8" in text
+
+
+def test_gradescope_export(tmp_path):
+    rep = report.Report(_results(), {"name": "NVIDIA H200", "row": "H200"}, seed=7, submission="x")
+    path = tmp_path / "results.json"
+    report.write_gradescope(rep, str(path))
+    gs = json.loads(path.read_text())
+    assert gs["score"] == 3.5
+    assert [t["score"] for t in gs["tests"]] == [2.0, 1.5, 0.0]
+    assert [t["max_score"] for t in gs["tests"]] == [2.0, 3.0, 3.0]
+    assert gs["tests"][2]["output"].startswith("[skipped]")
+
+
+def test_nbgrader_score_is_partial_points():
+    assert report.nbgrader_score(_results()[1]) == 1.5

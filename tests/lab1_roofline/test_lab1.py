@@ -1,0 +1,89 @@
+"""Lab 1: the reference solution passes every part gradable here; the student version fails
+every graded part; deliberately wrong submissions are caught."""
+import os
+
+import pytest
+
+from grader import hardware, inputs, report, run, spec
+
+LAB = "lab1_roofline"
+PARTS = [p.id for p in spec.load(LAB).parts]
+
+
+@pytest.fixture(scope="module")
+def device():
+    return hardware.detect()
+
+
+@pytest.fixture(scope="module")
+def solution_results(root, device):
+    nb = os.path.join(root, "solutions", LAB)
+    return {r.part: r for r in run.check_lab(LAB, nb, inputs.PUBLIC_SEED, device, progress=lambda m: None)}
+
+
+@pytest.fixture(scope="module")
+def student_results(root, device):
+    nb = os.path.join(root, "assignments", LAB)
+    return {r.part: r for r in run.check_lab(LAB, nb, inputs.PUBLIC_SEED, device, progress=lambda m: None)}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("part", PARTS)
+def test_solution_passes(solution_results, device, part):
+    r = solution_results[part]
+    if r.needs_gpu and not device.present:
+        assert r.verdict == report.SKIPPED and "needs a GPU" in r.message
+    elif part == "b_speed":
+        # Speed is recorded by the benchmark run (reports/), not asserted here; the part must run.
+        assert r.verdict in (report.PASSED, report.PARTIAL, report.FAILED) and "ratio" in r.measurements
+    else:
+        assert r.verdict == report.PASSED, r.message
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("part", PARTS)
+def test_student_version_scores_zero(student_results, device, part):
+    r = student_results[part]
+    assert r.points == 0
+    if r.needs_gpu and not device.present:
+        assert r.verdict == report.SKIPPED
+    else:
+        assert r.verdict == report.FAILED and "not implemented" in r.message, r.message
+
+
+SOLUTION = ("solutions", LAB, "lab1_roofline.ipynb")
+
+
+@pytest.mark.slow
+def test_wrong_causal_attention_gets_partial_credit_not_full(root, edit, device):
+    nb = edit(os.path.join(root, *SOLUTION), {"return flops / 2 if op[\"causal\"] else flops": "return flops"})
+    r = run.check_lab(LAB, nb, 12345, device, parts=["a_flops"], progress=lambda m: None)[0]
+    assert r.verdict == report.PARTIAL and 0 < r.points < 2
+    assert "first wrong" in r.message and "'causal': True" in r.message
+
+
+@pytest.mark.slow
+def test_scalar_loads_fail_the_mechanism_check(root, edit, device):
+    """A kernel that works but moves 2 bytes per instruction loses the build part."""
+    nb = edit(os.path.join(root, *SOLUTION), {
+        'LANES = 8              # fp16 values in one 16-byte vector':
+            'LANES = 1              # fp16 values in one 16-byte vector',
+        'dtype="float16x8"': 'dtype="float16"',
+    })
+    r = run.check_lab(LAB, nb, inputs.PUBLIC_SEED, device, parts=["b_build"], progress=lambda m: None)[0]
+    assert r.verdict == report.FAILED and "MISSING" in r.message
+
+
+@pytest.mark.slow
+def test_forbidden_torch_fallback_is_rejected(root, edit, device):
+    nb = edit(os.path.join(root, *SOLUTION), {"    return min(gpu[\"peak_tflops\"], gpu[\"bandwidth_tbps\"] * ai)":
+                                              "    return float(torch.mm(torch.ones(1, 1), torch.ones(1, 1)))"})
+    results = run.check_lab(LAB, nb, inputs.PUBLIC_SEED, device, progress=lambda m: None)
+    assert all(r.points == 0 and "static rules" in r.message for r in results)
+
+
+@pytest.mark.gpu
+def test_kernel_that_skips_half_the_tensor_fails_with_first_mismatch(root, edit, device):
+    nb = edit(os.path.join(root, *SOLUTION), {"cta = T.cta_id([n // TILE])": "cta = T.cta_id([n // TILE // 2])"})
+    r = run.check_lab(LAB, nb, inputs.PUBLIC_SEED, device, parts=["b_correct"], progress=lambda m: None)[0]
+    assert r.verdict == report.FAILED and "NaN/Inf" in r.message and "first at" in r.message

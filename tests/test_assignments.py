@@ -1,0 +1,88 @@
+"""assignments/ is exactly what nbgrader generates from solutions/, and leaks nothing."""
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from grader import spec
+
+LABS = spec.lab_names()
+
+
+def _cells(path):
+    with open(path) as f:
+        nb = json.load(f)
+    return [("".join(c["source"]) if isinstance(c["source"], list) else c["source"], c.get("metadata", {}))
+            for c in nb["cells"]]
+
+
+@pytest.fixture(scope="module")
+def regenerated(root, tmp_path_factory):
+    from conftest import copy_course
+    course = tmp_path_factory.mktemp("course")
+    copy_course(root, str(course))
+    env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    for lab in LABS:
+        subprocess.run([sys.executable, "-m", "nbgrader", "generate_assignment", lab, "--force",
+                        f"--CourseDirectory.root={course}"], cwd=str(course), env=env, check=True,
+                       capture_output=True)
+    return course
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("lab", LABS)
+def test_committed_student_version_is_up_to_date(root, regenerated, lab):
+    nb = spec.load(lab).notebook
+    committed = _cells(os.path.join(root, "assignments", lab, nb))
+    fresh = _cells(os.path.join(regenerated, "assignments", lab, nb))
+    assert committed == fresh, f"assignments/{lab} is stale: run `python -m grader generate {lab}` and commit"
+
+
+def _solution_lines(path):
+    """Every substantial line between BEGIN/END SOLUTION and BEGIN/END HIDDEN TESTS."""
+    out = []
+    for src, _ in _cells(path):
+        inside = False
+        for line in src.splitlines():
+            if re.search(r"### (BEGIN|END) (SOLUTION|HIDDEN TESTS)", line):
+                inside = "BEGIN" in line
+                continue
+            s = line.strip()
+            if inside and len(s) > 12 and not s.startswith("#"):
+                out.append(s)
+    return out
+
+
+@pytest.mark.parametrize("lab", LABS)
+def test_no_solution_or_hidden_test_leaks(root, lab):
+    nb = spec.load(lab).notebook
+    student = os.path.join(root, "assignments", lab, nb)
+    text = "\n".join(src for src, _ in _cells(student))
+    assert "BEGIN SOLUTION" not in text and "HIDDEN TESTS" not in text
+    secret = _solution_lines(os.path.join(root, "solutions", lab, nb))
+    assert secret, "the solution notebook has no solution lines?"
+    leaked = [s for s in secret if s in text]
+    assert not leaked, f"solution text in assignments/{lab}: {leaked[:3]}"
+
+
+@pytest.mark.parametrize("lab", LABS)
+def test_no_python_files_beside_the_notebooks(root, lab):
+    """nbgrader copies .py files verbatim: solutions must live in notebooks only."""
+    for folder in ("solutions", "assignments"):
+        for dirpath, _, files in os.walk(os.path.join(root, folder, lab)):
+            assert not [f for f in files if f.endswith(".py")], f"{folder}/{lab} holds .py files"
+
+
+@pytest.mark.parametrize("lab", LABS)
+def test_committed_notebooks_have_no_outputs(root, lab):
+    for folder in ("solutions", "assignments"):
+        path = os.path.join(root, folder, lab, spec.load(lab).notebook)
+        with open(path) as f:
+            nb = json.load(f)
+        for c in nb["cells"]:
+            if c["cell_type"] == "code":
+                assert not c.get("outputs") and c.get("execution_count") is None, f"{path} has outputs"
