@@ -1,6 +1,7 @@
 """Command line: ``python -m grader check [LAB|all] [--submission PATH] [--json FILE]
 [--gradescope FILE]`` grades a lab (by default the reference solutions of every lab) on
-this machine. ``python -m grader generate`` regenerates the student versions."""
+this machine. ``python -m grader generate`` regenerates the student versions;
+``python -m grader compile LAB`` writes the generated code of a lab's kernels for reading."""
 from __future__ import annotations
 
 import argparse
@@ -59,6 +60,39 @@ def cmd_generate(args) -> int:
     return 0
 
 
+def cmd_compile(args) -> int:
+    """Compile a lab's kernels for every arch its build parts name, without a GPU, and write
+    the CUDA source, PTX, cubin and SASS for reading."""
+    import tempfile
+
+    from . import build, inspect, submission
+    from .labs import common
+    lab_spec = spec.load(args.lab)
+    nb = submission.find_notebook(args.submission or os.path.join(run.SOLUTIONS_DIR, args.lab), lab_spec.notebook)
+    module = submission.import_module(submission.write_module(nb, tempfile.mkdtemp(prefix="grader-compile-")))
+    os.makedirs(args.out, exist_ok=True)
+    status = 0
+    for part in (p for p in lab_spec.parts if p.kind == "build"):
+        name = part.params["builder"]
+        for arch in part.params["archs"]:
+            stem = os.path.join(args.out, f"{name}.{arch}")
+            try:
+                art = build.compile_only(getattr(module, name)(**common.builder_args(part.params)), arch,
+                                         want_sass=True)
+            except Exception as e:  # noqa: BLE001 - report and go on with the next kernel
+                print(f"{name} for {arch}: FAILED: {str(e).splitlines()[0]}")
+                status = 1
+                continue
+            for ext, data in (("cu", art.cuda_source), ("ptx", art.ptx), ("sass", art.sass)):
+                with open(f"{stem}.{ext}", "w") as f:
+                    f.write(data)
+            with open(f"{stem}.cubin", "wb") as f:
+                f.write(art.cubin)
+            checks = inspect.check_all(part.mechanisms, {"ptx": art.ptx, "cuda": art.cuda_source, "sass": art.sass})
+            print(f"{name} for {arch}: {stem}.{{cu,ptx,cubin,sass}}" + "".join(f"\n    {c.message}" for c in checks))
+    return status
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m grader", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="command", required=True)
@@ -75,5 +109,11 @@ def main(argv: list[str] | None = None) -> int:
     g = sub.add_parser("generate", help="regenerate assignments/ from solutions/ with nbgrader")
     g.add_argument("lab", nargs="?", default="all")
     g.set_defaults(func=cmd_generate)
+    k = sub.add_parser("compile", help="compile a lab's kernels for sm_90a/sm_100a (no GPU needed) and "
+                                       "write CUDA, PTX, cubin and SASS")
+    k.add_argument("lab")
+    k.add_argument("--submission", help="a notebook (default: the reference solution)")
+    k.add_argument("--out", default="build/kernels", help="output folder (default: build/kernels)")
+    k.set_defaults(func=cmd_compile)
     args = ap.parse_args(argv)
     return args.func(args)

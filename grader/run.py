@@ -45,7 +45,7 @@ def check_lab(lab: str, submission_path: str | None, seed: int, device: hardware
         head = f"[{lab} {i}/{len(selected)}] {part.id}: {part.title}"
         if part.needs_gpu and not device.present:
             results.append(report.PartResult(lab, part.id, part.title, 0.0, part.points, report.SKIPPED,
-                                             f"needs a GPU: {device.reason}", True))
+                                             f"skipped: needs a GPU ({device.reason})", True))
             progress(f"{head} ... skipped (no GPU)")
             continue
         progress(f"{head} ... running (timeout {part.timeout_s:g} s)")

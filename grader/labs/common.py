@@ -36,11 +36,17 @@ def scalar_match(rel: float) -> Callable[[Any, Any], bool]:
     return lambda got, exp: compare.close_scalar(got, exp, rel=rel)
 
 
+def builder_args(params: dict) -> dict:
+    """A build part's params: ``builder`` (the function's name), ``archs``, and the keyword
+    arguments the builder is called with (everything else)."""
+    return {k: v for k, v in params.items() if k not in ("builder", "archs")}
+
+
 def build_part(module, ctx: Context) -> Outcome:
     """Compile-only check for every arch the part lists, with its mechanism checks."""
     p = ctx.part.params
     builder = student(module, p["builder"])
-    args = {k: v for k, v in p.items() if k not in ("builder", "archs")}
+    args = builder_args(p)
     per_arch, lines, meas = [], [], {}
     for arch in p["archs"]:
         try:
