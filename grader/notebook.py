@@ -34,7 +34,6 @@ def check(lab: str, part_id: str, namespace: dict) -> report.PartResult:
 
 
 def grade(lab: str, part_id: str, notebook_dir: str | None = None) -> float:
-    lab_spec = spec.load(lab)
     folder = notebook_dir or os.getcwd()
     results = run.check_lab(lab, folder, inputs.run_seed(), hardware.detect(), parts=[part_id],
                             progress=lambda msg: None)

@@ -1,6 +1,7 @@
 """Helpers shared by the labs' grading functions."""
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any, Callable
 
@@ -80,6 +81,40 @@ def perf_outcome(ctx: Context, ratio: float, measurements: dict[str, Any], what:
     msg = (f"{what}: {ratio:.3f}x (full credit at {th.full:g}x, none at or below {th.floor:g}x; "
            f"{row_note}, {th.status})")
     return Outcome(frac, msg, measurements)
+
+
+@dataclasses.dataclass(frozen=True)
+class Work:
+    """What one call must do at least: bytes through HBM and FLOPs (for the floor and the rates)."""
+    bytes: float = 0.0
+    flops: float = 0.0
+
+
+def timed_ratio(ctx: Context, kernel: Callable[[], Any], kernel_work: Work, baseline_name: str,
+                baseline: Callable[[], Any], baseline_work: Work, metric: str,
+                measurements: dict[str, Any] | None = None) -> Outcome:
+    """Time the submission and a same-run baseline interleaved (L2 flushed before each call),
+    reject physically impossible times, and grade the ratio of their rates against the part's
+    threshold row. ``metric`` is "bandwidth" (bytes/s) or "flops" (FLOP/s)."""
+    gpu = require_gpu(ctx)
+    clocks_before = timing.read_clocks()
+    stats = timing.measure_interleaved({"kernel": kernel, baseline_name: baseline},
+                                       timing.CudaEventClock(), timing.L2Flusher(gpu.l2_mib << 20))
+    clocks_after = timing.read_clocks()
+    meas = dict(measurements or {})
+    meas.update({"kernel": stats["kernel"].summary(), baseline_name: stats[baseline_name].summary(),
+                 "clocks_before": clocks_before, "clocks_after": clocks_after, "gpu": ctx.device.driver_name})
+    rates = {}
+    for name, work in (("kernel", kernel_work), (baseline_name, baseline_work)):
+        t = stats[name].median
+        bad = timing.check_floor(t, timing.physical_floor(gpu, bytes_moved=work.bytes, flops=work.flops))
+        if bad:
+            return Outcome(0.0, f"{name}: {bad}", meas, verdict="failed")
+        rates[name] = (work.bytes if metric == "bandwidth" else work.flops) / t
+    unit, scale = ("TB/s", 1e12) if metric == "bandwidth" else ("TFLOP/s", 1e12)
+    k, b = rates["kernel"] / scale, rates[baseline_name] / scale
+    meas.update({f"kernel_{unit}": k, f"{baseline_name}_{unit}": b})
+    return perf_outcome(ctx, k / b, meas, f"{k:.2f} {unit} vs {baseline_name} {b:.2f} {unit} on {ctx.device.driver_name}")
 
 
 def finite(x: float) -> bool:

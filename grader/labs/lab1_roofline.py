@@ -177,7 +177,7 @@ def grade_correct(module, ctx: Context) -> Outcome:
 def grade_speed(module, ctx: Context) -> Outcome:
     import torch
     from .. import build
-    gpu = common.require_gpu(ctx)
+    common.require_gpu(ctx)
     p = ctx.part.params
     n, alpha = p["n"], p["alpha"]
     ex, _ = build.lower(common.student(module, p["builder"])(n))
@@ -186,25 +186,10 @@ def grade_speed(module, ctx: Context) -> Outcome:
         return Outcome(0.0, f"not timed: wrong result at the timing size; {check.message}")
     x = torch.randn(n, device="cuda").half()
     y = torch.randn(n, device="cuda").half()
-    out = torch.empty_like(x)
-    copy_dst = torch.empty_like(x)
-    clocks_before = timing.read_clocks()
-    stats = timing.measure_interleaved(
-        {"kernel": lambda: ex(x, y, out, alpha), "copy": lambda: copy_dst.copy_(x)},
-        timing.CudaEventClock(), timing.L2Flusher(gpu.l2_mib << 20))
-    clocks_after = timing.read_clocks()
-    t_k, t_c = stats["kernel"].median, stats["copy"].median
-    k_bytes, c_bytes = 3 * n * 2, 2 * n * 2
-    for name, t, b in (("kernel", t_k, k_bytes), ("copy", t_c, c_bytes)):
-        bad = timing.check_floor(t, timing.physical_floor(gpu, bytes_moved=b))
-        if bad:
-            return Outcome(0.0, f"{name}: {bad}", {"kernel": stats["kernel"].summary()}, verdict="failed")
-    bw_k, bw_c = k_bytes / t_k, c_bytes / t_c
-    meas = {"n": n, "kernel": stats["kernel"].summary(), "copy": stats["copy"].summary(),
-            "kernel_tbps": bw_k / 1e12, "copy_tbps": bw_c / 1e12,
-            "clocks_before": clocks_before, "clocks_after": clocks_after, "gpu": ctx.device.driver_name}
-    return common.perf_outcome(ctx, bw_k / bw_c, meas,
-                               f"{bw_k / 1e12:.2f} TB/s vs copy {bw_c / 1e12:.2f} TB/s on {ctx.device.driver_name}")
+    out, copy_dst = torch.empty_like(x), torch.empty_like(x)
+    return common.timed_ratio(ctx, lambda: ex(x, y, out, alpha), common.Work(bytes=3 * n * 2),
+                              "copy", lambda: copy_dst.copy_(x), common.Work(bytes=2 * n * 2),
+                              "bandwidth", {"n": n})
 
 
 # ---------------------------------------------------------------- part c
