@@ -86,6 +86,7 @@ class Artifacts:
     ptx: str = ""
     cubin: bytes = b""
     sass: str = ""
+    ptxas_log: str = ""     # ptxas -v: registers, shared memory, spills, warnings
 
 
 def lower(prim_func, arch: str | None = None):
@@ -110,15 +111,35 @@ def compile_only(prim_func, arch: str, want_sass: bool = False) -> Artifacts:
     tgt = target(arch)
     try:
         with tgt:
-            ptx = nvcc.compile_cuda(src, "ptx", arch=arch, compiler="nvrtc", options=nvrtc_options())
-            cubin = nvcc.compile_cuda(src, "cubin", arch=arch, compiler="nvrtc", options=nvrtc_options())
+            ptx = bytes(nvcc.compile_cuda(src, "ptx", arch=arch, compiler="nvrtc", options=nvrtc_options()))
     except Exception as e:  # noqa: BLE001
         raise BuildError(f"NVRTC compilation for {arch} failed: {e}") from e
-    ptx_text = bytes(ptx).decode(errors="replace")
-    art = Artifacts(arch, src, ptx_text, bytes(cubin))
+    ptx_text = ptx.decode(errors="replace").rstrip("\x00")
+    art = Artifacts(arch, src, ptx_text)
+    art.cubin, art.ptxas_log = assemble(ptx_text, arch, src, tgt)
     if want_sass:
         art.sass = disassemble(art.cubin)
     return art
+
+
+def assemble(ptx: str, arch: str, src: str, tgt) -> tuple[bytes, str]:
+    """PTX to cubin with pip's ptxas (a fraction of a second; ``-v`` reports registers and
+    spills); without ptxas, NVRTC compiles the CUDA source again."""
+    exe = tool("ptxas")
+    if exe is None:
+        from tvm.support import nvcc
+        with tgt:
+            return bytes(nvcc.compile_cuda(src, "cubin", arch=arch, compiler="nvrtc", options=nvrtc_options())), ""
+    with tempfile.TemporaryDirectory() as d:
+        ptx_path, cubin_path = os.path.join(d, "k.ptx"), os.path.join(d, "k.cubin")
+        with open(ptx_path, "w") as f:
+            f.write(ptx)
+        out = subprocess.run([exe, f"-arch={arch}", "-v", "--register-usage-level=10", "-o", cubin_path, ptx_path],
+                             capture_output=True, text=True, timeout=300)
+        if out.returncode != 0:
+            raise BuildError(f"ptxas for {arch} failed: {out.stderr.strip()[-2000:]}")
+        with open(cubin_path, "rb") as f:
+            return f.read(), out.stderr
 
 
 def disassemble(cubin: bytes) -> str:

@@ -83,7 +83,7 @@ def cmd_compile(args) -> int:
                 print(f"{name} for {arch}: FAILED: {str(e).splitlines()[0]}")
                 status = 1
                 continue
-            for ext, data in (("cu", art.cuda_source), ("ptx", art.ptx), ("sass", art.sass)):
+            for ext, data in (("cu", art.cuda_source), ("ptx", art.ptx), ("sass", art.sass), ("ptxas.log", art.ptxas_log)):
                 with open(f"{stem}.{ext}", "w") as f:
                     f.write(data)
             with open(f"{stem}.cubin", "wb") as f:
