@@ -72,24 +72,24 @@ def cmd_compile(args) -> int:
     module = submission.import_module(submission.write_module(nb, tempfile.mkdtemp(prefix="grader-compile-")))
     os.makedirs(args.out, exist_ok=True)
     status = 0
-    for part in (p for p in lab_spec.parts if p.kind == "build"):
-        name = part.params["builder"]
-        for arch in part.params["archs"]:
-            stem = os.path.join(args.out, f"{name}.{arch}")
-            try:
-                art = build.compile_only(getattr(module, name)(**common.builder_args(part.params)), arch,
-                                         want_sass=True)
-            except Exception as e:  # noqa: BLE001 - report and go on with the next kernel
-                print(f"{name} for {arch}: FAILED: {str(e).splitlines()[0]}")
-                status = 1
-                continue
-            for ext, data in (("cu", art.cuda_source), ("ptx", art.ptx), ("sass", art.sass), ("ptxas.log", art.ptxas_log)):
-                with open(f"{stem}.{ext}", "w") as f:
-                    f.write(data)
-            with open(f"{stem}.cubin", "wb") as f:
-                f.write(art.cubin)
-            checks = inspect.check_all(part.mechanisms, {"ptx": art.ptx, "cuda": art.cuda_source, "sass": art.sass})
-            print(f"{name} for {arch}: {stem}.{{cu,ptx,cubin,sass}}" + "".join(f"\n    {c.message}" for c in checks))
+    jobs = [(part, name, arch) for part in lab_spec.parts if part.kind == "build"
+            for name in common.builder_names(part.params) for arch in part.params["archs"]]
+    for part, name, arch in jobs:
+        stem = os.path.join(args.out, f"{name}.{arch}")
+        try:
+            art = build.compile_only(getattr(module, name)(**common.builder_args(part.params)), arch,
+                                     want_sass=True)
+        except Exception as e:  # noqa: BLE001 - report and go on with the next kernel
+            print(f"{name} for {arch}: FAILED: {str(e).splitlines()[0]}")
+            status = 1
+            continue
+        for ext, data in (("cu", art.cuda_source), ("ptx", art.ptx), ("sass", art.sass), ("ptxas.log", art.ptxas_log)):
+            with open(f"{stem}.{ext}", "w") as f:
+                f.write(data)
+        with open(f"{stem}.cubin", "wb") as f:
+            f.write(art.cubin)
+        checks = inspect.check_all(part.mechanisms, {"ptx": art.ptx, "cuda": art.cuda_source, "sass": art.sass})
+        print(f"{name} for {arch}: {stem}.{{cu,ptx,cubin,sass}}" + "".join(f"\n    {c.message}" for c in checks))
     return status
 
 

@@ -37,10 +37,15 @@ def scalar_match(rel: float) -> Callable[[Any, Any], bool]:
     return lambda got, exp: compare.close_scalar(got, exp, rel=rel)
 
 
+def builder_names(params: dict) -> list[str]:
+    """A build part names one kernel builder (``builder``) or several (``builders``)."""
+    return list(params.get("builders") or [params["builder"]])
+
+
 def builder_args(params: dict) -> dict:
-    """A build part's params: ``builder`` (the function's name), ``archs``, and the keyword
-    arguments the builder is called with (everything else)."""
-    return {k: v for k, v in params.items() if k not in ("builder", "archs")}
+    """A build part's params: ``builder``/``builders`` (function names), ``archs``, and the
+    keyword arguments every builder is called with (everything else)."""
+    return {k: v for k, v in params.items() if k not in ("builder", "builders", "archs")}
 
 
 def build_part(module, ctx: Context) -> Outcome:

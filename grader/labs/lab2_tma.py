@@ -1,0 +1,362 @@
+"""Grading functions of Lab 2 (TMA loads). Contract with the notebook:
+
+- ``tma_box(tile, dtype_bytes, swizzle_bytes) -> dict`` with keys ``box_2d``, ``copies_2d``,
+  ``box_3d``, ``copies_3d`` (boxes innermost dimension first, as the tensor map lists them).
+- ``tensor_map_3d(shape, dtype_bytes, tile, swizzle_bytes) -> dict`` with keys
+  ``global_dims``, ``global_strides`` (bytes, dimension 0 omitted) and ``box_dims`` of the
+  3D view (column within group, row, group) of a row-major 2D tensor, and
+  ``tile_coords_3d(t, shape, tile, dtype_bytes, swizzle_bytes) -> tuple`` the coordinates
+  of tile ``t`` (tiles numbered row-major) in that view.
+- ``expect_tx_bytes(loads) -> int`` for a list of tile loads that signal one mbarrier.
+- ``ring_waits(stages, iterations, start) -> list[(stage, empty_parity, full_parity)]``.
+- ``build_tma_tile(M, N)`` and ``build_tma_stream(M, N)`` -> PrimFunc computing
+  ``out = alpha * x + beta`` over an fp16 (M, N) tensor, called as ``kernel(x, out, alpha, beta)``;
+  M a multiple of 64 and N of 128.
+
+Besides the PTX mechanisms its spec lists, each build part checks the tensor maps the
+kernel's host code encodes: every one must use the 128-byte swizzle (the lesson of the lab).
+"""
+from __future__ import annotations
+
+import math
+
+from .. import build, compare, inputs, timing
+from ..context import Context, Outcome
+from . import common
+
+LAB = "lab2_tma"
+BOX_DIM_MAX = 256           # hardware limit on every box dimension, in elements
+SWIZZLE_CODES = {0: "none", 1: "32B", 2: "64B", 3: "128B"}   # CUtensorMapSwizzle values
+REQUIRED_SWIZZLE = 3        # the build parts require CU_TENSOR_MAP_SWIZZLE_128B
+
+
+# ---------------------------------------------------------------- reference answers
+
+def ref_box(tile, dtype_bytes: int, swizzle_bytes: int) -> dict:
+    rows, cols = tile
+    inner = swizzle_bytes // dtype_bytes
+    groups = cols // inner
+    box_rows = min(rows, BOX_DIM_MAX)
+    row_copies = math.ceil(rows / BOX_DIM_MAX)
+    return {"box_2d": (inner, box_rows), "copies_2d": groups * row_copies,
+            "box_3d": (inner, box_rows, groups), "copies_3d": row_copies}
+
+
+def ref_map(shape, dtype_bytes: int, tile, swizzle_bytes: int) -> dict:
+    m, n = shape
+    rows, cols = tile
+    inner = swizzle_bytes // dtype_bytes
+    return {"global_dims": (inner, m, n // inner),
+            "global_strides": (n * dtype_bytes, inner * dtype_bytes),
+            "box_dims": (inner, min(rows, BOX_DIM_MAX), cols // inner)}
+
+
+def ref_coords(t: int, shape, tile, dtype_bytes: int, swizzle_bytes: int) -> tuple:
+    _, n = shape
+    rows, cols = tile
+    inner = swizzle_bytes // dtype_bytes
+    tiles_per_row = n // cols
+    return (0, (t // tiles_per_row) * rows, (t % tiles_per_row) * cols // inner)
+
+
+def ref_expect_tx(loads) -> int:
+    # TMA delivers (and counts) the whole box, zero-filling what lies outside the tensor.
+    return sum(ld["tile"][0] * ld["tile"][1] * ld["dtype_bytes"] for ld in loads)
+
+
+def ref_ring(stages: int, iterations: int, start: int) -> list:
+    out = []
+    for k in range(start, start + iterations):
+        full = (k // stages) % 2
+        out.append((k % stages, full ^ 1, full))
+    return out
+
+
+# ---------------------------------------------------------------- comparison helpers
+
+def _norm(x):
+    """Lists and tuples (nested) to tuples of ints, so [64, 8] and (64, 8) compare equal."""
+    if isinstance(x, (list, tuple)):
+        return tuple(_norm(v) for v in x)
+    if isinstance(x, bool):
+        return x
+    if isinstance(x, float) and x.is_integer():
+        return int(x)
+    try:
+        import numpy as np
+        if isinstance(x, np.integer):
+            return int(x)
+    except ImportError:  # pragma: no cover
+        pass
+    return x
+
+
+def _same_dict(got, exp) -> bool:
+    if not isinstance(got, dict) or set(got) != set(exp):
+        return False
+    return all(_norm(got[k]) == _norm(v) for k, v in exp.items())
+
+
+def _same_seq(got, exp) -> bool:
+    try:
+        return _norm(list(got)) == _norm(exp)
+    except TypeError:
+        return False
+
+
+# ---------------------------------------------------------------- cases
+
+def _hidden(ctx: Context) -> int:
+    return 0 if ctx.public_only else ctx.part.params["hidden_cases"]
+
+
+def box_cases(ctx: Context) -> list[tuple]:
+    cases = [((64, 128), 2, 128), ((128, 64), 2, 128), ((64, 64), 2, 128), ((512, 256), 2, 128),
+             ((128, 32), 4, 128), ((256, 128), 1, 64), ((16, 32), 2, 32)]
+    r = inputs.rng(LAB, ctx.part.id, ctx.seed)
+    for _ in range(_hidden(ctx)):
+        b, sw = r.choice([1, 2, 4]), r.choice([32, 64, 128])
+        cases.append(((2 ** r.randint(3, 10), (sw // b) * r.randint(1, 8)), b, sw))
+    return cases
+
+
+def map_cases(ctx: Context) -> list[tuple]:
+    cases = [((1024, 2048), 2, (64, 128), 128, 0), ((1024, 2048), 2, (64, 128), 128, 37),
+             ((4096, 4096), 2, (128, 64), 128, 100), ((512, 768), 4, (32, 96), 64, 5),
+             ((256, 1024), 1, (256, 256), 128, 3)]
+    r = inputs.rng(LAB, ctx.part.id, ctx.seed)
+    for _ in range(_hidden(ctx)):
+        b, sw = r.choice([1, 2, 4]), r.choice([32, 64, 128])
+        inner = sw // b
+        rows, cols = 2 ** r.randint(3, 8), inner * r.randint(1, 4)
+        shape = (rows * r.randint(1, 64), cols * r.randint(1, 32))
+        tiles = (shape[0] // rows) * (shape[1] // cols)
+        cases.append((shape, b, (rows, cols), sw, r.randrange(tiles)))
+    return cases
+
+
+def expect_tx_cases(ctx: Context) -> list[list[dict]]:
+    def load(shape, b, tile, start):
+        return {"shape": tuple(shape), "dtype_bytes": b, "tile": tuple(tile), "start": tuple(start)}
+    cases = [
+        [load((4096, 4096), 2, (64, 128), (0, 0))],
+        [load((4096, 4096), 2, (128, 64), (128, 64)), load((4096, 4096), 2, (128, 64), (256, 64))],
+        [load((1000, 4096), 2, (64, 128), (960, 0))],                # rows 1000..1023 lie outside
+        [load((300, 200), 4, (64, 32), (256, 192)), load((300, 200), 4, (64, 32), (0, 0))],
+        [load((8192, 1024), 1, (128, 128), (0, 896))],
+    ]
+    r = inputs.rng(LAB, ctx.part.id, ctx.seed)
+    for _ in range(_hidden(ctx)):
+        loads = []
+        for _ in range(r.randint(1, 4)):
+            b = r.choice([1, 2, 4])
+            rows, cols = 2 ** r.randint(3, 8), (128 // b) * r.randint(1, 2)
+            shape = (r.randint(rows, 8192), r.randint(cols, 8192))
+            edge = r.random() < 0.5   # a tile that runs past the end of the tensor
+            r0 = (shape[0] - r.randint(1, rows - 1) if edge and rows > 1 else
+                  r.randrange(0, shape[0] - rows + 1))
+            loads.append(load(shape, b, (rows, cols), (r0, r.randrange(0, shape[1] - cols + 1))))
+        cases.append(loads)
+    return cases
+
+
+def ring_cases(ctx: Context) -> list[tuple]:
+    cases = [(2, 4, 0), (4, 10, 0), (1, 5, 0), (3, 7, 5), (4, 8, 64)]
+    r = inputs.rng(LAB, ctx.part.id, ctx.seed)
+    for _ in range(_hidden(ctx)):
+        cases.append((r.randint(1, 8), r.randint(1, 40), r.choice([0, r.randint(0, 200)])))
+    return cases
+
+
+# ---------------------------------------------------------------- parts a, b, c
+
+def grade_box(module, ctx: Context) -> Outcome:
+    fn = common.student(module, ctx.part.params["function"])
+    cases = [(args, ref_box(*args)) for args in box_cases(ctx)]
+    return common.grade_cases(fn, cases, _same_dict,
+                              lambda a: f"tile={a[0]}, dtype_bytes={a[1]}, swizzle_bytes={a[2]}")
+
+
+def grade_map(module, ctx: Context) -> Outcome:
+    fmap, fcoords = (common.student(module, f) for f in ctx.part.params["functions"])
+
+    def both(shape, b, tile, sw, t):
+        return {"tensor_map_3d": fmap(shape, b, tile, sw), "tile_coords_3d": fcoords(t, shape, tile, b, sw)}
+
+    def same(got, exp):
+        return (_same_dict(got["tensor_map_3d"], exp["tensor_map_3d"])
+                and _norm(got["tile_coords_3d"]) == _norm(exp["tile_coords_3d"]))
+
+    cases = [((shape, b, tile, sw, t), {"tensor_map_3d": ref_map(shape, b, tile, sw),
+                                         "tile_coords_3d": ref_coords(t, shape, tile, b, sw)})
+             for shape, b, tile, sw, t in map_cases(ctx)]
+    return common.grade_cases(both, cases, same,
+                              lambda a: f"shape={a[0]}, dtype_bytes={a[1]}, tile={a[2]}, "
+                                        f"swizzle_bytes={a[3]}, tile t={a[4]}")
+
+
+def grade_expect_tx(module, ctx: Context) -> Outcome:
+    fn = common.student(module, ctx.part.params["function"])
+    cases = [((loads,), ref_expect_tx(loads)) for loads in expect_tx_cases(ctx)]
+    return common.grade_cases(fn, cases, lambda got, exp: _norm(got) == exp, lambda a: f"loads={a[0]}")
+
+
+def grade_ring(module, ctx: Context) -> Outcome:
+    fn = common.student(module, ctx.part.params["function"])
+    cases = [(args, ref_ring(*args)) for args in ring_cases(ctx)]
+    return common.grade_cases(fn, cases, _same_seq,
+                              lambda a: f"stages={a[0]}, iterations={a[1]}, start={a[2]}")
+
+
+# ---------------------------------------------------------------- tensor maps in the host code
+
+def tensor_maps(prim_func, arch: str) -> list[dict]:
+    """The tensor maps a kernel's host code encodes (``cuTensorMapEncodeTiled`` calls), read from
+    the lowered host TIR: dims and box innermost first, strides in bytes, swizzle code."""
+    import tvm
+    from tvm.target import Target
+    build.configure_toolchain()
+    tgt = build.target(arch)
+    host = Target("llvm" if tvm.runtime.enabled("llvm") else "c")
+    with tgt:
+        mod = tvm.tirx.transform.BindTarget(Target(tgt).with_host(host))(tvm.IRModule({"main": prim_func}))
+        pipeline, _, _ = tvm.tirx.get_tir_pipeline("tirx")
+        mod = pipeline(mod)
+    calls = []
+
+    def visit(node):
+        if (isinstance(node, tvm.ir.Call) and len(node.args) > 4 and isinstance(node.args[0], tvm.tirx.StringImm)
+                and node.args[0].value == "runtime.cuTensorMapEncodeTiled"):
+            calls.append(node.args)
+
+    for func in mod.functions.values():
+        if isinstance(func, tvm.tirx.PrimFunc):
+            tvm.tirx.stmt_functor.post_order_visit(func.body, visit)
+
+    def val(a):
+        return int(a.value) if hasattr(a, "value") else str(a)
+
+    maps = []
+    for args in calls:
+        rank = val(args[3])
+        i = 5
+        dims = tuple(val(a) for a in args[i:i + rank]); i += rank
+        strides = tuple(val(a) for a in args[i:i + rank - 1]); i += rank - 1
+        box = tuple(val(a) for a in args[i:i + rank]); i += 2 * rank   # skip element strides
+        swizzle = val(args[i + 1])
+        name = str(args[1]).removesuffix("_tensormap")
+        maps.append({"tensor": name, "rank": rank, "global_dims": dims, "global_strides": strides,
+                     "box_dims": box, "swizzle": swizzle})
+    return maps
+
+
+def grade_build(module, ctx: Context) -> Outcome:
+    """Compile-only PTX mechanism checks (common.build_part), then the swizzle of every tensor map."""
+    out = common.build_part(module, ctx)
+    p = ctx.part.params
+    builder = common.student(module, p["builder"])
+    try:
+        maps = tensor_maps(builder(**common.builder_args(p)), p["archs"][0])
+    except Exception as e:  # noqa: BLE001 - already reported by build_part when it does not lower
+        return out
+    out.measurements["tensor_maps"] = maps
+    if not maps:
+        return Outcome(0.0, out.message + " | no tensor map in the host code: the kernel uses no TMA",
+                       out.measurements)
+    text = "; ".join(f"{m['tensor']}: dims {m['global_dims']}, box {m['box_dims']}, "
+                     f"swizzle {SWIZZLE_CODES.get(m['swizzle'], m['swizzle'])}" for m in maps)
+    bad = [m for m in maps if m["swizzle"] != REQUIRED_SWIZZLE]
+    if bad:
+        return Outcome(0.0, out.message + f" | tensor maps: {text}; MISSING the 128B swizzle on "
+                       + ", ".join(m["tensor"] for m in bad)
+                       + " (allocate the SMEM tile with mma_shared_layout(..., SWIZZLE_128B_ATOM, ...))",
+                       out.measurements)
+    return Outcome(out.fraction, out.message + f" | tensor maps: {text}", out.measurements)
+
+
+# ---------------------------------------------------------------- parts d and e on the GPU
+
+def _coefficients(ctx: Context, index: int) -> tuple[float, float]:
+    r = inputs.rng(LAB, f"{ctx.part.id}-coef{index}", ctx.seed)
+    return round(r.uniform(-3, 3), 3), round(r.uniform(-2, 2), 3)
+
+
+def _shapes(ctx: Context) -> list[tuple[int, int]]:
+    p = ctx.part.params
+    shapes = [tuple(s) for s in p["public_shapes"]]
+    if not ctx.public_only:
+        r = inputs.rng(LAB, ctx.part.id, ctx.seed)
+        (tm, tn), (mm, mn) = p["tile"], p["hidden_max"]
+        shapes += [(tm * r.randint(1, mm // tm), tn * r.randint(1, mn // tn)) for _ in range(p["hidden_shapes"])]
+    return shapes
+
+
+def _run_affine(ex, m: int, n: int, alpha: float, beta: float, ctx: Context, index: int):
+    import torch
+    x = inputs.randn(LAB, ctx.part.id, (m, n), ctx.seed, torch.float16, "cuda", index=index)
+    out = inputs.poisoned_like(x)
+    ex(x.clone(), out, alpha, beta)
+    torch.cuda.synchronize()
+    ref = alpha * x.double() + beta
+    return compare.compare(out, ref, compare.tolerance(torch.float16),
+                           name=f"out ({m}x{n}, alpha={alpha}, beta={beta})")
+
+
+def grade_correct(module, ctx: Context) -> Outcome:
+    common.require_gpu(ctx)
+    builder = common.student(module, ctx.part.params["builder"])
+    shapes = _shapes(ctx)
+    fails = []
+    for i, (m, n) in enumerate(shapes):
+        alpha, beta = _coefficients(ctx, i)
+        ex, _ = build.lower(builder(m, n))
+        res = _run_affine(ex, m, n, alpha, beta, ctx, i)
+        if not res.ok:
+            fails.append(res.message)
+    ok = len(shapes) - len(fails)
+    msg = f"{ok}/{len(shapes)} shapes correct" + (f"; {fails[0]}" if fails else "")
+    return Outcome(ok / len(shapes), msg, {"shapes": [list(s) for s in shapes]})
+
+
+def grade_speed(module, ctx: Context) -> Outcome:
+    import torch
+    gpu = common.require_gpu(ctx)
+    p = ctx.part.params
+    m, n, alpha, beta = p["M"], p["N"], p["alpha"], p["beta"]
+    ex, _ = build.lower(common.student(module, p["builder"])(m, n))
+    check = _run_affine(ex, m, n, alpha, beta, ctx, 0)
+    if not check.ok:
+        return Outcome(0.0, f"not timed: wrong result at the timing size; {check.message}")
+    x = torch.randn(m, n, device="cuda").half()
+    out = torch.empty_like(x)
+    copy_dst = torch.empty_like(x)
+    clocks_before = timing.read_clocks()
+    stats = timing.measure_interleaved(
+        {"kernel": lambda: ex(x, out, alpha, beta), "copy": lambda: copy_dst.copy_(x)},
+        timing.CudaEventClock(), timing.L2Flusher(gpu.l2_mib << 20))
+    clocks_after = timing.read_clocks()
+    t_k, t_c = stats["kernel"].median, stats["copy"].median
+    moved = 2 * m * n * 2           # read x once, write out once (the copy moves the same bytes)
+    for name, t in (("kernel", t_k), ("copy", t_c)):
+        bad = timing.check_floor(t, timing.physical_floor(gpu, bytes_moved=moved))
+        if bad:
+            return Outcome(0.0, f"{name}: {bad}", {"kernel": stats["kernel"].summary()}, verdict="failed")
+    bw_k, bw_c = moved / t_k, moved / t_c
+    meas = {"shape": [m, n], "kernel": stats["kernel"].summary(), "copy": stats["copy"].summary(),
+            "kernel_tbps": bw_k / 1e12, "copy_tbps": bw_c / 1e12,
+            "clocks_before": clocks_before, "clocks_after": clocks_after, "gpu": ctx.device.driver_name}
+    return common.perf_outcome(ctx, bw_k / bw_c, meas,
+                               f"{bw_k / 1e12:.2f} TB/s vs copy {bw_c / 1e12:.2f} TB/s on {ctx.device.driver_name}")
+
+
+GRADERS = {
+    "a_box": grade_box,
+    "a_map": grade_map,
+    "b_expect_tx": grade_expect_tx,
+    "c_ring": grade_ring,
+    "d_build": grade_build,
+    "d_correct": grade_correct,
+    "e_build": grade_build,
+    "e_correct": grade_correct,
+    "e_speed": grade_speed,
+}

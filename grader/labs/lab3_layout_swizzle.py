@@ -1,0 +1,613 @@
+"""Grading functions of Lab 3 (TileLayout and swizzle). Contract with the notebook:
+
+- ``offset_row_major(r, c, shape)``, ``offset_col_major(r, c, shape)``,
+  ``offset_tiled(r, c, shape, tile)``, ``offset_swizzled(r, c, shape, elem_bytes, swizzle_bytes)``,
+  ``offset_mma(r, c, shape, elem_bytes, swizzle_bytes)``: element offsets of element (r, c) of a
+  ``shape = (rows, cols)`` tile (the last one as ``mma_shared_layout(dtype, mode, shape)`` places it).
+- ``layout_row_major(shape)``, ``layout_col_major(shape)``, ``layout_tiled(shape, tile)``,
+  ``layout_swizzled(shape, elem_bytes, swizzle_bytes)``, ``layout_mma_fragment()``,
+  ``layout_warpgroup_rows(cols)``, ``layout_tmem_accumulator(cols)``: the same as TIRx layouts,
+  and three layouts over lanes, threads and tensor memory.
+- ``offset_mma(r, c, shape, elem_bytes, swizzle_bytes)``: the offset that
+  ``mma_shared_layout(dtype, mode, shape)`` gives element (r, c).
+- ``wavefronts(addresses, width)``: shared-memory wavefronts of one warp's access.
+- ``addresses_rows(offset, row0)``, ``addresses_column(offset, row0, chunk)``,
+  ``addresses_gather(offset, col0, k)``: byte addresses of three warp access patterns on a
+  64-column fp16 tile stored by ``offset(r, c)``; ``transpose_smem_offset(r, c)``: the
+  shared-memory layout of the swizzled transpose kernel.
+- ``swizzle_chunks(swizzle_bytes)`` and ``plot_swizzle(swizzle_bytes, path)``.
+- ``build_transpose_plain(m, n)``, ``build_transpose_swizzled(m, n) -> PrimFunc``: b = a.T for
+  fp16 a of shape (m, n), called as kernel(a, b); m and n are multiples of 64.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import tempfile
+
+from .. import compare, inputs, timing
+from ..context import Context, Outcome
+from . import common
+
+LAB = "lab3_layout_swizzle"
+
+TILE_COLS = 64          # the fp16 tile of part b has 64 columns (128-byte rows)
+TILE_ROWS = 64          # and the transpose kernel's tile is 64 x 64
+ELEM = 2                # fp16
+
+
+# ---------------------------------------------------------------- reference answers
+
+def ref_row_major(r: int, c: int, shape) -> int:
+    return r * shape[1] + c
+
+
+def ref_col_major(r: int, c: int, shape) -> int:
+    return c * shape[0] + r
+
+
+def ref_tiled(r: int, c: int, shape, tile) -> int:
+    tr, tc = tile
+    tiles_per_row = shape[1] // tc
+    return ((r // tr) * tiles_per_row + c // tc) * (tr * tc) + (r % tr) * tc + c % tc
+
+
+def swizzle_bytes_addr(byte: int, swizzle_bytes: int) -> int:
+    """The hardware swizzle on a byte address: bits [7, 7+b) XORed into the 16-byte chunk
+    bits [4, 4+b), with 2**b = swizzle_bytes / 16."""
+    mask = swizzle_bytes // 16 - 1
+    return byte ^ (((byte >> 7) & mask) << 4)
+
+
+def ref_swizzled(r: int, c: int, shape, elem_bytes: int, swizzle_bytes: int) -> int:
+    byte = ref_row_major(r, c, shape) * elem_bytes
+    return swizzle_bytes_addr(byte, swizzle_bytes) // elem_bytes
+
+
+def ref_mma(r: int, c: int, shape, elem_bytes: int, swizzle_bytes: int) -> int:
+    rows = shape[0]
+    width = swizzle_bytes // elem_bytes        # atom width in elements
+    linear = (c // width) * (rows * width) + r * width + c % width
+    return swizzle_bytes_addr(linear * elem_bytes, swizzle_bytes) // elem_bytes
+
+
+def ref_fragment(r: int, c: int) -> dict:
+    return {"laneid": r * 4 + c // 2, "m": c % 2}
+
+
+def ref_wavefronts(addresses, width: int) -> int:
+    """Shared-memory wavefronts of one warp access (the model stated in the notebook)."""
+    addresses = [int(a) for a in addresses]
+    if len(addresses) != 32 or width not in (2, 4, 8, 16):
+        raise ValueError("need 32 addresses and a width of 2, 4, 8 or 16 bytes")
+    per_phase = 32 if width <= 4 else 128 // width
+    total = 0
+    for start in range(0, 32, per_phase):
+        words_in_bank: dict[int, set] = {}
+        for a in addresses[start:start + per_phase]:
+            for word in range(a // 4, (a + width - 1) // 4 + 1):
+                words_in_bank.setdefault(word % 32, set()).add(word)
+        total += max(len(s) for s in words_in_bank.values())
+    return total
+
+
+def ref_addresses_rows(offset, row0: int) -> list[int]:
+    return [ELEM * offset(row0 + t // 8, 8 * (t % 8)) for t in range(32)]
+
+
+def ref_addresses_column(offset, row0: int, chunk: int) -> list[int]:
+    return [ELEM * offset(row0 + t, 8 * chunk) for t in range(32)]
+
+
+def ref_addresses_gather(offset, col0: int, k: int) -> list[int]:
+    return [ELEM * offset(8 * (t % 8) + k, col0 + t // 8) for t in range(32)]
+
+
+def ref_transpose_offset(r: int, c: int) -> int:
+    """Rows interleaved (row 8p + k stored as row 8k + p), then the 128-byte swizzle."""
+    prow = (r % 8) * 8 + r // 8
+    return prow * TILE_COLS + ((c // 8) ^ (prow % 8)) * 8 + c % 8
+
+
+def ref_swizzle_chunks(swizzle_bytes: int) -> list[list[int]]:
+    cols = swizzle_bytes // ELEM
+    return [[(ref_swizzled(i, 8 * q, (8, cols), ELEM, swizzle_bytes) % cols) // 8
+             for q in range(swizzle_bytes // 16)] for i in range(8)]
+
+
+# ---------------------------------------------------------------- the library's layouts
+
+def dtype_of(elem_bytes: int) -> str:
+    return {1: "float8_e4m3fn", 2: "float16", 4: "float32"}[elem_bytes]
+
+
+def swizzle_mode(swizzle_bytes: int):
+    from tvm.backend.cuda.tile_primitive.tma_utils import SwizzleMode
+    return {32: SwizzleMode.SWIZZLE_32B_ATOM, 64: SwizzleMode.SWIZZLE_64B_ATOM,
+            128: SwizzleMode.SWIZZLE_128B_ATOM}[swizzle_bytes]
+
+
+def lib_tiled(shape, tile):
+    """The tiled layout written with S[...]: (tile row, row in tile, tile col, col in tile)."""
+    from tvm.tirx.layout import S, TileLayout
+    (rows, cols), (tr, tc) = shape, tile
+    return TileLayout(S[(rows // tr, tr, cols // tc, tc): (tr * cols, tc, tr * tc, 1)])
+
+
+def lib_swizzled(shape, elem_bytes: int, swizzle_bytes: int):
+    from tvm.tirx.layout import ComposeLayout, S, TileLayout
+    per_element = (16 // elem_bytes).bit_length() - 1
+    swizzle_len = (swizzle_bytes // 16).bit_length() - 1
+    return ComposeLayout(per_element, swizzle_len, 3, TileLayout(S[tuple(shape)]))
+
+
+def lib_mma(shape, elem_bytes: int, swizzle_bytes: int):
+    from tvm.backend.cuda.tile_primitive.tma_utils import mma_shared_layout
+    return mma_shared_layout(dtype_of(elem_bytes), swizzle_mode(swizzle_bytes), tuple(shape))
+
+
+def evaluate(layout, r: int, c: int, shape) -> dict:
+    """A layout at logical (r, c) of `shape`: {axis: value}, zero entries dropped."""
+    return {str(k): int(v) for k, v in layout.apply(r, c, shape=list(shape)).items() if int(v) != 0}
+
+
+def _nonzero(d: dict) -> dict:
+    return {k: v for k, v in d.items() if v != 0}
+
+
+# ---------------------------------------------------------------- cases
+
+def _elements(shape, r, limit: int = 192) -> list[tuple[int, int]]:
+    rows, cols = shape
+    if rows * cols <= limit:
+        return [(i, j) for i in range(rows) for j in range(cols)]
+    corners = [(0, 0), (rows - 1, cols - 1), (rows - 1, 0), (0, cols - 1)]
+    return corners + [(r.randrange(rows), r.randrange(cols)) for _ in range(limit - len(corners))]
+
+
+def _shape_cases(ctx: Context, public: list, make) -> list:
+    cases = list(public)
+    if not ctx.public_only:
+        r = inputs.rng(LAB, ctx.part.id, ctx.seed)
+        cases += [make(r) for _ in range(ctx.part.params["hidden_cases"])]
+    return cases
+
+
+def _random_tile(r):
+    tr, tc = r.choice([1, 2, 4, 8, 16]), r.choice([1, 2, 4, 8, 16, 32])
+    return (tr * r.randint(1, 8), tc * r.randint(1, 8)), (tr, tc)
+
+
+def _random_swizzle(r, row_blocks=(1, 2)):
+    eb, sw = r.choice([1, 2, 4]), r.choice([32, 64, 128])
+    return (8 * r.randint(1, 12), (sw // eb) * r.choice(row_blocks)), eb, sw
+
+
+PUBLIC_TILED = [((8, 8), (2, 4)), ((16, 32), (8, 8)), ((6, 12), (3, 4)), ((64, 64), (8, 64))]
+PUBLIC_SWIZZLED = [((8, 64), 2, 128), ((64, 64), 2, 128), ((16, 32), 2, 64), ((32, 16), 2, 32),
+                   ((16, 32), 4, 128), ((24, 128), 1, 128), ((16, 64), 2, 64)]
+PUBLIC_MMA = [((64, 64), 2, 128), ((128, 128), 2, 128), ((64, 32), 2, 64), ((16, 64), 4, 128),
+              ((32, 256), 1, 128), ((8, 16), 2, 32), ((24, 48), 4, 64)]
+
+
+def _label(name):
+    return lambda a: f"{name}{tuple(a)!r}"
+
+
+# ---------------------------------------------------------------- part a
+
+def grade_index(module, ctx: Context) -> Outcome:
+    fns = {n: common.student(module, n) for n in
+           ("offset_row_major", "offset_col_major", "offset_tiled", "offset_swizzled", "offset_mma")}
+    r = inputs.rng(LAB, ctx.part.id + "-elements", ctx.seed)
+    tiled = _shape_cases(ctx, PUBLIC_TILED, _random_tile)
+    swz = _shape_cases(ctx, PUBLIC_SWIZZLED, _random_swizzle)
+    cases = []   # (function name, args, expected)
+    for shape, tile in tiled:
+        lib_rm, lib_cm = _lib_row_major(shape), _lib_col_major(shape)
+        lib_t = lib_tiled(shape, tile)
+        for i, j in _elements(shape, r, 48):
+            cases.append(("offset_row_major", (i, j, shape), evaluate(lib_rm, i, j, shape).get("m", 0)))
+            cases.append(("offset_col_major", (i, j, shape), evaluate(lib_cm, i, j, shape).get("m", 0)))
+            cases.append(("offset_tiled", (i, j, shape, tile), evaluate(lib_t, i, j, shape).get("m", 0)))
+    for shape, eb, sw in swz:
+        lib = lib_swizzled(shape, eb, sw)
+        for i, j in _elements(shape, r, 96):
+            cases.append(("offset_swizzled", (i, j, shape, eb, sw), evaluate(lib, i, j, shape).get("m", 0)))
+    for shape, eb, sw in _shape_cases(ctx, PUBLIC_MMA, lambda rr: _random_swizzle(rr, (1, 2, 3, 4))):
+        lib = lib_mma(shape, eb, sw)
+        for i, j in _elements(shape, r, 96):
+            cases.append(("offset_mma", (i, j, shape, eb, sw), evaluate(lib, i, j, shape).get("m", 0)))
+    return _grade_named(fns, cases)
+
+
+def _lib_row_major(shape):
+    from tvm.tirx.layout import S, TileLayout
+    return TileLayout(S[tuple(shape)])
+
+
+def _lib_col_major(shape):
+    from tvm.tirx.layout import S, TileLayout
+    return TileLayout(S[tuple(shape): (1, shape[0])])
+
+
+def _grade_named(fns: dict, cases: list) -> Outcome:
+    wrong, per_fn = [], {}
+    for name, args, expected in cases:
+        got = fns[name](*args)
+        ok = _same_int(got, expected)
+        right, total = per_fn.get(name, (0, 0))
+        per_fn[name] = (right + ok, total + 1)
+        if not ok:
+            wrong.append(f"{name}{args!r}: got {got!r}, expected {expected!r}")
+    n = len(cases)
+    good = n - len(wrong)
+    msg = f"{good}/{n} elements right (" + ", ".join(f"{k} {a}/{b}" for k, (a, b) in per_fn.items()) + ")"
+    if wrong:
+        msg += "; first wrong: " + wrong[0]
+    return Outcome(good / n, msg, {"cases": n, "right": good})
+
+
+def _same_int(got, expected) -> bool:
+    try:
+        return int(got) == expected and float(got) == float(expected)
+    except (TypeError, ValueError):
+        return False
+
+
+def grade_layouts(module, ctx: Context) -> Outcome:
+    from tvm.tirx.layout import Layout, tmem_datapath_layout, wg_local_layout
+    names = ("layout_row_major", "layout_col_major", "layout_tiled", "layout_swizzled",
+             "layout_mma_fragment", "layout_warpgroup_rows", "layout_tmem_accumulator")
+    fns = {n: common.student(module, n) for n in names}
+    r = inputs.rng(LAB, ctx.part.id + "-elements", ctx.seed)
+    checks = []  # (label, student layout, shape, reference layout-or-fn)
+    for shape, tile in _shape_cases(ctx, PUBLIC_TILED, _random_tile):
+        checks.append((f"layout_row_major({shape})", fns["layout_row_major"](shape), shape,
+                       lambda i, j, s=shape: _nonzero({"m": ref_row_major(i, j, s)})))
+        checks.append((f"layout_col_major({shape})", fns["layout_col_major"](shape), shape,
+                       lambda i, j, s=shape: _nonzero({"m": ref_col_major(i, j, s)})))
+        checks.append((f"layout_tiled({shape}, {tile})", fns["layout_tiled"](shape, tile), shape,
+                       lambda i, j, s=shape, t=tile: _nonzero({"m": ref_tiled(i, j, s, t)})))
+    for shape, eb, sw in _shape_cases(ctx, PUBLIC_SWIZZLED, _random_swizzle):
+        lib = lib_swizzled(shape, eb, sw)
+        checks.append((f"layout_swizzled({shape}, {eb}, {sw})", fns["layout_swizzled"](shape, eb, sw), shape,
+                       lambda i, j, s=shape, L=lib: evaluate(L, i, j, s)))
+    checks.append(("layout_mma_fragment()", fns["layout_mma_fragment"](), (8, 8),
+                   lambda i, j: _nonzero(ref_fragment(i, j))))
+    for cols in (8, 64, 256) + ((16, 32, 128) if not ctx.public_only else ()):
+        lib = wg_local_layout(cols)
+        checks.append((f"layout_warpgroup_rows({cols})", fns["layout_warpgroup_rows"](cols), (128, cols),
+                       lambda i, j, s=(128, cols), L=lib: evaluate(L, i, j, s)))
+        lib = tmem_datapath_layout("D", 128, 2 * cols)
+        checks.append((f"layout_tmem_accumulator({2 * cols})", fns["layout_tmem_accumulator"](2 * cols),
+                       (128, 2 * cols), lambda i, j, s=(128, 2 * cols), L=lib: evaluate(L, i, j, s)))
+    wrong, total, bad_layouts = [], 0, 0
+    for label, layout, shape, expect in checks:
+        if not isinstance(layout, Layout):
+            bad_layouts += 1
+            wrong.append(f"{label} returned {type(layout).__name__}, not a TileLayout/ComposeLayout")
+            total += 1
+            continue
+        first = None
+        elems = _elements(shape, r, 64)
+        for i, j in elems:
+            got, exp = evaluate(layout, i, j, shape), expect(i, j)
+            if got != exp and first is None:
+                first = f"{label} at ({i}, {j}): apply gives {got}, expected {exp}"
+        total += 1
+        if first:
+            wrong.append(first)
+    good = total - len(wrong)
+    msg = f"{good}/{total} layouts right on every element checked"
+    if wrong:
+        msg += "; first wrong: " + wrong[0]
+    return Outcome(good / total, msg, {"layouts": total, "right": good})
+
+
+# ---------------------------------------------------------------- part b
+
+PUBLIC_ACCESSES = [
+    # (addresses, width): the examples of the notebook
+    ([4 * t for t in range(32)], 4),                       # 32 consecutive words: 1
+    ([128 * t for t in range(32)], 4),                     # a column of 128-byte rows: 32
+    ([0] * 32, 4),                                         # one word for everyone (broadcast): 1
+    ([8 * t for t in range(32)], 4),                       # every other word: 2
+    ([8 * t for t in range(32)], 8),                       # 256 contiguous bytes: 2
+    ([16 * t for t in range(32)], 16),                     # 512 contiguous bytes: 4
+    ([16 * (t % 8) for t in range(32)], 16),               # every quarter-warp reads the same 128 bytes: 4
+    ([128 * t for t in range(32)], 16),                    # ldmatrix-like column, row-major: 32
+    ([128 * t + 16 * (t % 8) for t in range(32)], 16),     # the same, 128-byte swizzle: 4
+    ([2 * t for t in range(32)], 2),                       # 64 contiguous bytes of fp16: 1
+    ([256 * (t % 8) + 2 * (t // 8) for t in range(32)], 2),  # the transpose's gather, row-major: 8
+]
+
+
+def _random_access(r) -> tuple[list[int], int]:
+    width = r.choice([2, 4, 8, 16])
+    kind = r.choice(["window", "stride", "stride", "broadcast", "permuted", "rows"])
+    if kind == "window":
+        span = r.choice([128, 512, 2048, 8192])
+        return [width * r.randrange(span // width) for _ in range(32)], width
+    if kind == "stride":
+        stride = width * r.choice([1, 2, 3, 4, 8, 16, 32, 33, 64, 17])
+        base = width * r.randrange(64)
+        return [base + stride * t for t in range(32)], width
+    if kind == "broadcast":
+        groups = r.choice([1, 2, 4, 8])
+        picks = [width * r.randrange(4096 // width) for _ in range(groups)]
+        return [picks[t % groups] for t in range(32)], width
+    if kind == "permuted":
+        addrs = [width * t for t in range(32)]
+        r.shuffle(addrs)
+        return addrs, width
+    # rows: `per_row` threads read consecutive elements of one row; rows `pitch` bytes apart
+    pitch = width * r.choice([8, 16, 32, 34, 36, 64])
+    per_row = r.choice([2, 4, 8])
+    return [pitch * (t // per_row) + width * (t % per_row) for t in range(32)], width
+
+
+def grade_counter(module, ctx: Context) -> Outcome:
+    fn = common.student(module, "wavefronts")
+    accesses = list(PUBLIC_ACCESSES)
+    if not ctx.public_only:
+        r = inputs.rng(LAB, ctx.part.id, ctx.seed)
+        accesses += [_random_access(r) for _ in range(ctx.part.params["hidden_cases"])]
+    cases = [((list(a), w), ref_wavefronts(a, w)) for a, w in accesses]
+
+    def label(args):
+        a, w = args
+        head = ", ".join(str(x) for x in a[:8])
+        return f"wavefronts([{head}, ...], width={w})"
+
+    return common.grade_cases(fn, cases, lambda got, exp: _same_int(got, exp), label)
+
+
+def _pattern_offsets(r) -> dict:
+    """Offset functions of 64-column fp16 tiles the pattern generators are tested with."""
+    perm = list(range(TILE_ROWS * TILE_COLS // 8))
+    r.shuffle(perm)
+    return {
+        "row-major": lambda i, j: ref_row_major(i, j, (TILE_ROWS, TILE_COLS)),
+        "128B swizzle": lambda i, j: ref_swizzled(i, j, (TILE_ROWS, TILE_COLS), ELEM, 128),
+        "interleaved + 128B swizzle": ref_transpose_offset,
+        "random chunk permutation": lambda i, j: 8 * perm[(i * TILE_COLS + j) // 8] + j % 8,
+    }
+
+
+def grade_patterns(module, ctx: Context) -> Outcome:
+    gens = {n: common.student(module, n) for n in ("addresses_rows", "addresses_column", "addresses_gather")}
+    design = common.student(module, "transpose_smem_offset")
+    r = inputs.rng(LAB, ctx.part.id, ctx.seed)
+    n_cases = 2 if ctx.public_only else 2 + ctx.part.params["hidden_cases"]
+    fixed = [("addresses_rows", (0,)), ("addresses_column", (0, 0)), ("addresses_gather", (0, 0))]
+    cases = []
+    offsets = _pattern_offsets(r)
+    for name, off in offsets.items():
+        calls = list(fixed) if name != "random chunk permutation" or not ctx.public_only else []
+        for _ in range(n_cases):
+            calls.append(("addresses_rows", (4 * r.randrange(15),)))
+            calls.append(("addresses_column", (r.choice([0, 8, 16, 32]), r.randrange(8))))
+            calls.append(("addresses_gather", (4 * r.randrange(16), r.randrange(8))))
+        for fn_name, args in calls:
+            cases.append((name, off, fn_name, args))
+    refs = {"addresses_rows": ref_addresses_rows, "addresses_column": ref_addresses_column,
+            "addresses_gather": ref_addresses_gather}
+    widths = {"addresses_rows": 16, "addresses_column": 16, "addresses_gather": 2}
+    wrong, notes = [], {}
+    for lay, off, fn_name, args in cases:
+        exp = refs[fn_name](off, *args)
+        got = gens[fn_name](off, *args)
+        try:
+            same = [int(x) for x in got] == exp
+        except (TypeError, ValueError):
+            same = False
+        if not same:
+            wrong.append(f"{fn_name}(<{lay}>, {', '.join(map(str, args))}): got {got!r}, expected {exp!r}")
+        notes.setdefault((lay, fn_name), ref_wavefronts(exp, widths[fn_name]))
+    pat_frac = (len(cases) - len(wrong)) / len(cases)
+    pat_msg = f"patterns: {len(cases) - len(wrong)}/{len(cases)} address lists right"
+    if wrong:
+        pat_msg += "; first wrong: " + wrong[0]
+    table = "; ".join(f"{lay}: rows {notes[(lay, 'addresses_rows')]}, column {notes[(lay, 'addresses_column')]}, "
+                      f"gather {notes[(lay, 'addresses_gather')]} wavefronts"
+                      for lay in ("row-major", "128B swizzle", "interleaved + 128B swizzle"))
+    d_ok, d_msg = check_transpose_layout(design)
+    frac = 0.5 * pat_frac + (0.5 if d_ok else 0.0)
+    return Outcome(frac, f"{pat_msg} | transpose_smem_offset: {d_msg} | reference counts: {table}",
+                   {"patterns_right": len(cases) - len(wrong), "patterns": len(cases), "layout_ok": d_ok})
+
+
+def check_transpose_layout(offset) -> tuple[bool, str]:
+    """The layout of the swizzled transpose kernel: a bijection of the 64 x 64 tile that keeps
+    16-byte chunks whole and aligned, with conflict-free row writes and column gathers."""
+    n = TILE_ROWS * TILE_COLS
+    seen = set()
+    for i in range(TILE_ROWS):
+        for j in range(TILE_COLS):
+            o = offset(i, j)
+            try:
+                o = int(o)
+            except (TypeError, ValueError):
+                return False, f"offset({i}, {j}) returned {o!r}, not an int"
+            if not 0 <= o < n:
+                return False, f"offset({i}, {j}) = {o} lies outside the tile [0, {n})"
+            seen.add(o)
+            if j % 8 and o != int(offset(i, j - j % 8)) + j % 8:
+                return False, f"the 16-byte chunk of ({i}, {j - j % 8}) is not kept whole: offset({i}, {j}) = {o}"
+            if j % 8 == 0 and o % 8:
+                return False, f"offset({i}, {j}) = {o} does not start a 16-byte chunk (not a multiple of 8)"
+    if len(seen) != n:
+        return False, f"two elements share an offset ({n - len(seen)} offsets unused)"
+    for row0 in range(0, TILE_ROWS, 4):
+        w = ref_wavefronts(ref_addresses_rows(offset, row0), 16)
+        if w != 4:
+            return False, f"the load phase's row writes (rows {row0}-{row0 + 3}) take {w} wavefronts, not 4"
+    worst = max(ref_wavefronts(ref_addresses_gather(offset, col0, k), 2)
+                for col0 in range(0, TILE_COLS, 4) for k in range(8))
+    if worst != 1:
+        return False, f"the gather reads take up to {worst} wavefronts per warp instruction, not 1"
+    return True, "a bijection with whole 16-byte chunks; row writes 4 wavefronts, every gather 1"
+
+
+# ---------------------------------------------------------------- part c
+
+def grade_atom(module, ctx: Context) -> Outcome:
+    fn = common.student(module, "swizzle_chunks")
+    cases = [((sw,), ref_swizzle_chunks(sw)) for sw in (32, 64, 128)]
+
+    def same(got, exp):
+        try:
+            return [[int(x) for x in row] for row in got] == exp
+        except (TypeError, ValueError):
+            return False
+
+    table = common.grade_cases(fn, cases, same, lambda a: f"swizzle_chunks({a[0]})")
+    plot = common.student(module, "plot_swizzle")
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "swizzle.png")
+        plot(128, path)
+        img_ok, img_msg = _check_png(path)
+    frac = 0.5 * table.fraction + (0.5 if img_ok else 0.0)
+    return Outcome(frac, f"swizzle_chunks: {table.message}; plot: {img_msg}", table.measurements)
+
+
+def _check_png(path: str) -> tuple[bool, str]:
+    if not os.path.exists(path):
+        return False, "plot_swizzle wrote no file at the path it was given"
+    try:
+        import matplotlib.image as mpimg
+        img = mpimg.imread(path)
+    except Exception as e:  # noqa: BLE001
+        return False, f"the file is not a readable PNG ({e})"
+    h, w = img.shape[:2]
+    if h < 200 or w < 200:
+        return False, f"image is only {w}x{h} pixels"
+    if float(img.std()) < 1e-3:
+        return False, "image is blank"
+    return True, f"PNG {w}x{h} written"
+
+
+# ---------------------------------------------------------------- part d
+
+VARIANTS = ("plain", "swizzled")
+
+
+def grade_build(module, ctx: Context) -> Outcome:
+    """common.build_part for each variant, then a look at the CUDA source: both variants stage
+    the tile in shared memory, and the swizzled one computes an XOR."""
+    from .. import build
+    p = ctx.part.params
+    fracs, lines, meas = [], [], {}
+    for name in p["builders"]:
+        sub = dataclasses.replace(ctx.part, params={"builder": name, "archs": p["archs"], "m": p["m"], "n": p["n"]})
+        out = common.build_part(module, dataclasses.replace(ctx, part=sub))
+        try:
+            _, src = build.lower(common.student(module, name)(p["m"], p["n"]), p["archs"][0])
+        except Exception:  # noqa: BLE001 - build_part already said why
+            src = ""
+        extra_ok, extra = True, []
+        if src:
+            if "__shared__" not in src:
+                extra_ok = False
+                extra.append("MISSING: no shared-memory buffer in the CUDA source")
+            if name.endswith("swizzled") and "^" not in src:
+                extra_ok = False
+                extra.append("MISSING: no XOR in the swizzled kernel's CUDA source")
+        frac = out.fraction if extra_ok else 0.0
+        fracs.append(frac)
+        meas[name] = out.measurements
+        lines.append(f"{name}: {out.message}" + (f"; {'; '.join(extra)}" if extra else ""))
+    return Outcome(sum(fracs) / len(fracs), " || ".join(lines), meas)
+
+
+def _shapes(ctx: Context) -> list[tuple[int, int]]:
+    p = ctx.part.params
+    shapes = [tuple(s) for s in p["public_shapes"]]
+    if not ctx.public_only:
+        r = inputs.rng(LAB, ctx.part.id, ctx.seed)
+        g, top = p["granule"], p["hidden_max"] // p["granule"]
+        shapes += [(g * r.randint(1, top), g * r.randint(1, top)) for _ in range(p["hidden_shapes"])]
+    return shapes
+
+
+def _run_transpose(ex, m: int, n: int, ctx: Context, index: int, variant: str):
+    import torch
+    a = inputs.randn(LAB, ctx.part.id, (m, n), ctx.seed, torch.float16, "cuda", index=index)
+    b = inputs.poisoned_like(torch.empty((n, m), dtype=torch.float16, device="cuda"))
+    ex(a.clone(), b)
+    torch.cuda.synchronize()
+    return compare.compare(b, a.t().double(), compare.tolerance(torch.float16),
+                           name=f"{variant} b (m={m}, n={n})")
+
+
+def grade_correct(module, ctx: Context) -> Outcome:
+    from .. import build
+    common.require_gpu(ctx)
+    p = ctx.part.params
+    shapes = _shapes(ctx)
+    fails, right, total = [], 0, 0
+    for name in p["builders"]:
+        builder = common.student(module, name)
+        for i, (m, n) in enumerate(shapes):
+            ex, _ = build.lower(builder(m, n))
+            res = _run_transpose(ex, m, n, ctx, i, name)
+            total += 1
+            right += res.ok
+            if not res.ok:
+                fails.append(res.message)
+    msg = f"{right}/{total} (variant, shape) pairs correct" + (f"; {fails[0]}" if fails else "")
+    return Outcome(right / total, msg, {"shapes": shapes})
+
+
+def grade_speed(module, ctx: Context) -> Outcome:
+    import torch
+    from .. import build
+    gpu = common.require_gpu(ctx)
+    p = ctx.part.params
+    m = n = p["size"]
+    exes = {}
+    for key, name in zip(VARIANTS, p["builders"]):
+        exes[key], _ = build.lower(common.student(module, name)(m, n))
+        check = _run_transpose(exes[key], m, n, ctx, 0, name)
+        if not check.ok:
+            return Outcome(0.0, f"not timed: wrong result at the timing size; {check.message}")
+    a = torch.randn(m, n, dtype=torch.float16, device="cuda")
+    b_plain = torch.empty(n, m, dtype=torch.float16, device="cuda")
+    b_swz = torch.empty(n, m, dtype=torch.float16, device="cuda")
+    dst = torch.empty_like(a)
+    clocks_before = timing.read_clocks()
+    stats = timing.measure_interleaved(
+        {"swizzled": lambda: exes["swizzled"](a, b_swz), "plain": lambda: exes["plain"](a, b_plain),
+         "torch": lambda: a.t().contiguous(), "copy": lambda: dst.copy_(a)},
+        timing.CudaEventClock(), timing.L2Flusher(gpu.l2_mib << 20))
+    clocks_after = timing.read_clocks()
+    moved = 2 * m * n * ELEM                      # every element read once and written once
+    t = {k: s.median for k, s in stats.items()}
+    for k in ("swizzled", "plain", "copy"):
+        bad = timing.check_floor(t[k], timing.physical_floor(gpu, bytes_moved=moved))
+        if bad:
+            return Outcome(0.0, f"{k}: {bad}", {k: stats[k].summary()}, verdict="failed")
+    bw = {k: moved / v for k, v in t.items()}
+    meas = {"m": m, "n": n, **{k: s.summary() for k, s in stats.items()},
+            **{f"{k}_tbps": v / 1e12 for k, v in bw.items()},
+            "swizzled_speedup_over_plain": t["plain"] / t["swizzled"],
+            "swizzled_speedup_over_torch": t["torch"] / t["swizzled"],
+            "clocks_before": clocks_before, "clocks_after": clocks_after, "gpu": ctx.device.driver_name}
+    what = (f"swizzled {bw['swizzled'] / 1e12:.2f} TB/s, plain {bw['plain'] / 1e12:.2f} TB/s "
+            f"(swizzled is {t['plain'] / t['swizzled']:.2f}x the plain kernel's speed and "
+            f"{t['torch'] / t['swizzled']:.2f}x torch .t().contiguous()), copy {bw['copy'] / 1e12:.2f} TB/s "
+            f"on {ctx.device.driver_name}; swizzled bandwidth / copy bandwidth")
+    return common.perf_outcome(ctx, bw["swizzled"] / bw["copy"], meas, what)
+
+
+GRADERS = {
+    "a_index": grade_index,
+    "a_layouts": grade_layouts,
+    "b_counter": grade_counter,
+    "b_patterns": grade_patterns,
+    "c_atom": grade_atom,
+    "d_build": grade_build,
+    "d_correct": grade_correct,
+    "d_speed": grade_speed,
+}

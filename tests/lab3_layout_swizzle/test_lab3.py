@@ -1,0 +1,171 @@
+"""Lab 3: the grader's references agree with TVM's own layouts; the reference solution passes
+every part gradable here; the student version fails every graded part; deliberately wrong
+submissions are caught."""
+import itertools
+import os
+import random
+import re
+
+import pytest
+
+from grader import hardware, inputs, labs, report, run, spec, submission
+from grader.context import Context
+from grader.labs import lab3_layout_swizzle as lab
+
+LAB = "lab3_layout_swizzle"
+PARTS = [p.id for p in spec.load(LAB).parts]
+SOLUTION = ("solutions", LAB, f"{LAB}.ipynb")
+
+
+@pytest.fixture(scope="module")
+def device():
+    return hardware.detect()
+
+
+@pytest.fixture(scope="module")
+def solution_results(root, device):
+    nb = os.path.join(root, "solutions", LAB)
+    return {r.part: r for r in run.check_lab(LAB, nb, inputs.PUBLIC_SEED, device, progress=lambda m: None)}
+
+
+@pytest.fixture(scope="module")
+def student_results(root, device):
+    nb = os.path.join(root, "assignments", LAB)
+    return {r.part: r for r in run.check_lab(LAB, nb, inputs.PUBLIC_SEED, device, progress=lambda m: None)}
+
+
+# ---------------------------------------------------------------- the references themselves
+
+def test_reference_swizzle_is_the_compose_layout_of_the_library():
+    r = random.Random(3)
+    for eb, sw in itertools.product((1, 2, 4), (32, 64, 128)):
+        shape = (8 * r.randint(1, 6), (sw // eb) * r.randint(1, 3))
+        layout = lab.lib_swizzled(shape, eb, sw)
+        for i, j in itertools.product(range(shape[0]), range(0, shape[1], max(1, shape[1] // 16))):
+            assert lab.evaluate(layout, i, j, shape).get("m", 0) == lab.ref_swizzled(i, j, shape, eb, sw)
+
+
+def test_reference_mma_offset_is_mma_shared_layout():
+    r = random.Random(4)
+    for eb, sw in itertools.product((1, 2, 4), (32, 64, 128)):
+        shape = (8 * r.randint(1, 8), (sw // eb) * r.randint(1, 4))
+        layout = lab.lib_mma(shape, eb, sw)
+        for _ in range(150):
+            i, j = r.randrange(shape[0]), r.randrange(shape[1])
+            assert lab.evaluate(layout, i, j, shape).get("m", 0) == lab.ref_mma(i, j, shape, eb, sw)
+
+
+def test_reference_tiled_offset_is_tile_to():
+    from tvm.tirx.layout import S, TileLayout
+    for shape, tile in [((8, 8), (2, 4)), ((12, 16), (3, 8)), ((16, 16), (16, 1))]:
+        tiled = TileLayout(S[tile]).tile_to(list(shape), list(tile))
+        for i, j in itertools.product(range(shape[0]), range(shape[1])):
+            assert lab.evaluate(tiled, i, j, shape).get("m", 0) == lab.ref_tiled(i, j, shape, tile)
+
+
+def test_reference_counter_on_the_notebook_table():
+    expected = [1, 32, 1, 2, 2, 4, 4, 32, 4, 1, 8]
+    assert [lab.ref_wavefronts(a, w) for a, w in lab.PUBLIC_ACCESSES] == expected
+    # 8-byte accesses: threads 0 and 16 are in different phases and never conflict.
+    assert lab.ref_wavefronts([256 * (t // 16) + 8 * (t % 16) for t in range(32)], 8) == 2
+    # within a half-warp, two different words of one bank conflict.
+    assert lab.ref_wavefronts([0, 128] + [8 * t for t in range(2, 32)], 8) == 3
+
+
+def test_reference_atoms():
+    assert lab.ref_swizzle_chunks(128) == [[q ^ i for q in range(8)] for i in range(8)]
+    assert lab.ref_swizzle_chunks(64) == [[q ^ (i // 2) for q in range(4)] for i in range(8)]
+    assert lab.ref_swizzle_chunks(32) == [[q ^ (i // 4) for q in range(2)] for i in range(8)]
+
+
+def test_transpose_layout_check_needs_more_than_the_plain_swizzle():
+    ok, _ = lab.check_transpose_layout(lab.ref_transpose_offset)
+    assert ok
+    ok, msg = lab.check_transpose_layout(lambda i, j: lab.ref_swizzled(i, j, (64, 64), 2, 128))
+    assert not ok and "gather" in msg and "8 wavefronts" in msg
+    ok, msg = lab.check_transpose_layout(lambda i, j: lab.ref_col_major(i, j, (64, 64)))
+    assert not ok and "chunk" in msg
+
+
+# ---------------------------------------------------------------- solution and student version
+
+@pytest.mark.slow
+@pytest.mark.parametrize("part", PARTS)
+def test_solution_passes(solution_results, device, part):
+    r = solution_results[part]
+    if r.needs_gpu and not device.present:
+        assert r.verdict == report.SKIPPED and "needs a GPU" in r.message
+    elif part == "d_speed":
+        # Speed is recorded by the benchmark run (reports/), not asserted here; the part must run.
+        assert r.verdict in (report.PASSED, report.PARTIAL, report.FAILED) and "ratio" in r.measurements
+    else:
+        assert r.verdict == report.PASSED, r.message
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("part", PARTS)
+def test_student_version_scores_zero(student_results, device, part):
+    r = student_results[part]
+    assert r.points == 0
+    if r.needs_gpu and not device.present:
+        assert r.verdict == report.SKIPPED
+    else:
+        assert r.verdict == report.FAILED and "not implemented" in r.message, r.message
+
+
+# ---------------------------------------------------------------- wrong submissions
+
+def grade_here(nb_path, part, tmp_path, seed=12345):
+    """Grade one part in this process (the worker's steps, without the subprocess)."""
+    name = f"lab3_sub_{part}_{abs(hash(str(nb_path))) % 10**8}"
+    module = submission.import_module(submission.write_module(nb_path, str(tmp_path / name), name), name)
+    lab_spec = spec.load(LAB)
+    ctx = Context(lab_spec, lab_spec.part(part), seed, hardware.detect())
+    return labs.grade(LAB, part, module, ctx)
+
+
+def test_off_by_one_swizzle_loses_credit(root, edit, tmp_path):
+    nb = edit(os.path.join(root, *SOLUTION), {
+        "chunk = chunk ^ (line % (swizzle_bytes // 16))": "chunk = chunk ^ ((line + 1) % (swizzle_bytes // 16))"})
+    out = grade_here(nb, "a_index", tmp_path)
+    assert 0 < out.fraction < 1 and "first wrong: offset_swizzled" in out.message
+    right, total = map(int, re.search(r"offset_mma (\d+)/(\d+)", out.message).groups())
+    assert right < total     # offset_mma builds on offset_swizzled
+
+
+def test_counter_that_ignores_the_access_width_is_caught(root, edit, tmp_path):
+    nb = edit(os.path.join(root, *SOLUTION), {
+        "threads_per_phase = 32 if width <= 4 else 128 // width": "threads_per_phase = 32",
+        "for word in range(a // 4, (a + width - 1) // 4 + 1):": "for word in (a // 4,):"})
+    out = grade_here(nb, "b_counter", tmp_path)
+    assert out.fraction < 0.9 and "first wrong" in out.message
+
+
+def test_transpose_layout_without_the_row_interleave_is_caught(root, edit, tmp_path):
+    nb = edit(os.path.join(root, *SOLUTION), {"row = (r % 8) * 8 + r // 8": "row = r"})
+    out = grade_here(nb, "b_patterns", tmp_path)
+    assert out.fraction == pytest.approx(0.5) and "gather reads take up to 8 wavefronts" in out.message
+
+
+def test_wrong_atom_table_is_caught(root, edit, tmp_path):
+    nb = edit(os.path.join(root, *SOLUTION), {"line = (i * swizzle_bytes) // 128": "line = i"})
+    out = grade_here(nb, "c_atom", tmp_path)
+    assert out.fraction < 1 and "swizzle_chunks(32)" in out.message
+
+
+@pytest.mark.slow
+def test_swizzled_kernel_without_xor_loses_the_build_part(root, edit, tmp_path):
+    nb = edit(os.path.join(root, *SOLUTION), {
+        "tile.vstore([transpose_smem_offset(r, q * CHUNK)],": "tile.vstore([plain_smem_offset(r, q * CHUNK)],",
+        "vec[k] = tile[transpose_smem_offset(p * CHUNK + k, j)]": "vec[k] = tile[plain_smem_offset(p * CHUNK + k, j)]"})
+    out = grade_here(nb, "d_build", tmp_path)
+    assert out.fraction == pytest.approx(0.5) and "no XOR" in out.message
+
+
+@pytest.mark.gpu
+def test_kernel_reading_the_tile_with_the_wrong_layout_fails(root, edit, device):
+    nb = edit(os.path.join(root, *SOLUTION), {
+        "vec[k] = tile[transpose_smem_offset(p * CHUNK + k, j)]": "vec[k] = tile[plain_smem_offset(p * CHUNK + k, j)]"})
+    r = run.check_lab(LAB, nb, inputs.PUBLIC_SEED, device, parts=["d_correct"], progress=lambda m: None)[0]
+    assert r.verdict in (report.PARTIAL, report.FAILED) and r.points <= 1.5
+    assert "swizzled" in r.message and "first at" in r.message
