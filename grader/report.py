@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import platform
-import sys
 import time
 from typing import Any, Iterable
 

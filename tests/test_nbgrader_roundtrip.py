@@ -2,7 +2,6 @@
 with partial credit, on this machine (GPU parts score 0 without a GPU)."""
 import json
 import os
-import shutil
 import subprocess
 import sys
 
@@ -36,7 +35,6 @@ def test_generate_submit_autograde_partial_credit(root, tmp_path):
     _nbgrader(course, "generate_assignment", LAB, "--force")
     # Alice solves everything but gets causal attention wrong in op_flops (partial credit) and
     # leaves op_bytes as a TODO (zero).
-    released = course / "assignments" / LAB / f"{LAB}.ipynb"
     solution = os.path.join(root, "solutions", LAB, f"{LAB}.ipynb")
     sub = course / "submitted" / "alice" / LAB / f"{LAB}.ipynb"
     edit_notebook(solution, str(sub), {

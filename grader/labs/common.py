@@ -97,28 +97,32 @@ class Work:
 
 def timed_ratio(ctx: Context, kernel: Callable[[], Any], kernel_work: Work, baseline_name: str,
                 baseline: Callable[[], Any], baseline_work: Work, metric: str,
-                measurements: dict[str, Any] | None = None) -> Outcome:
+                measurements: dict[str, Any] | None = None,
+                extras: dict[str, tuple[Callable[[], Any], Work]] | None = None) -> Outcome:
     """Time the submission and a same-run baseline interleaved (L2 flushed before each call),
     reject physically impossible times, and grade the ratio of their rates against the part's
-    threshold row. ``metric`` is "bandwidth" (bytes/s) or "flops" (FLOP/s)."""
+    threshold row. ``metric`` is "bandwidth" (bytes/s) or "flops" (FLOP/s). ``extras`` are timed
+    in the same rotation and recorded (rates in the measurements), not graded."""
     gpu = require_gpu(ctx)
+    runs = {"kernel": (kernel, kernel_work), baseline_name: (baseline, baseline_work), **(extras or {})}
     clocks_before = timing.read_clocks()
-    stats = timing.measure_interleaved({"kernel": kernel, baseline_name: baseline},
+    stats = timing.measure_interleaved({name: fn for name, (fn, _) in runs.items()},
                                        timing.CudaEventClock(), timing.L2Flusher(gpu.l2_mib << 20))
     clocks_after = timing.read_clocks()
     meas = dict(measurements or {})
-    meas.update({"kernel": stats["kernel"].summary(), baseline_name: stats[baseline_name].summary(),
-                 "clocks_before": clocks_before, "clocks_after": clocks_after, "gpu": ctx.device.driver_name})
+    meas.update({name: s.summary() for name, s in stats.items()})
+    meas.update({"clocks_before": clocks_before, "clocks_after": clocks_after, "gpu": ctx.device.driver_name})
+    unit = "TB/s" if metric == "bandwidth" else "TFLOP/s"
     rates = {}
-    for name, work in (("kernel", kernel_work), (baseline_name, baseline_work)):
+    for name, (_, work) in runs.items():
         t = stats[name].median
-        bad = timing.check_floor(t, timing.physical_floor(gpu, bytes_moved=work.bytes, flops=work.flops))
-        if bad:
-            return Outcome(0.0, f"{name}: {bad}", meas, verdict="failed")
-        rates[name] = (work.bytes if metric == "bandwidth" else work.flops) / t
-    unit, scale = ("TB/s", 1e12) if metric == "bandwidth" else ("TFLOP/s", 1e12)
-    k, b = rates["kernel"] / scale, rates[baseline_name] / scale
-    meas.update({f"kernel_{unit}": k, f"{baseline_name}_{unit}": b})
+        if name in ("kernel", baseline_name):
+            bad = timing.check_floor(t, timing.physical_floor(gpu, bytes_moved=work.bytes, flops=work.flops))
+            if bad:
+                return Outcome(0.0, f"{name}: {bad}", meas, verdict="failed")
+        rates[name] = (work.bytes if metric == "bandwidth" else work.flops) / t / 1e12
+        meas[f"{name}_{unit}"] = rates[name]
+    k, b = rates["kernel"], rates[baseline_name]
     return perf_outcome(ctx, k / b, meas, f"{k:.2f} {unit} vs {baseline_name} {b:.2f} {unit} on {ctx.device.driver_name}")
 
 

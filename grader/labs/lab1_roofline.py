@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import tempfile
 
-from .. import compare, hardware, inputs, timing
+from .. import compare, hardware, inputs
 from ..context import Context, Outcome
 from . import common
 
@@ -216,7 +216,7 @@ def grade_roofline(module, ctx: Context) -> Outcome:
 
 def _check_png(path: str) -> tuple[bool, str]:
     if not os.path.exists(path):
-        return False, f"plot_roofline wrote no file at the path it was given"
+        return False, "plot_roofline wrote no file at the path it was given"
     try:
         import matplotlib.image as mpimg
         img = mpimg.imread(path)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 
-from .. import build, compare, inputs, timing
+from .. import build, compare, inputs
 from ..context import Context, Outcome
 from . import common
 
@@ -257,7 +257,7 @@ def grade_build(module, ctx: Context) -> Outcome:
     builder = common.student(module, p["builder"])
     try:
         maps = tensor_maps(builder(**common.builder_args(p)), p["archs"][0])
-    except Exception as e:  # noqa: BLE001 - already reported by build_part when it does not lower
+    except Exception:  # noqa: BLE001 - already reported by build_part when it does not lower
         return out
     out.measurements["tensor_maps"] = maps
     if not maps:
@@ -320,7 +320,7 @@ def grade_correct(module, ctx: Context) -> Outcome:
 
 def grade_speed(module, ctx: Context) -> Outcome:
     import torch
-    gpu = common.require_gpu(ctx)
+    common.require_gpu(ctx)
     p = ctx.part.params
     m, n, alpha, beta = p["M"], p["N"], p["alpha"], p["beta"]
     ex, _ = build.lower(common.student(module, p["builder"])(m, n))
@@ -328,25 +328,10 @@ def grade_speed(module, ctx: Context) -> Outcome:
     if not check.ok:
         return Outcome(0.0, f"not timed: wrong result at the timing size; {check.message}")
     x = torch.randn(m, n, device="cuda").half()
-    out = torch.empty_like(x)
-    copy_dst = torch.empty_like(x)
-    clocks_before = timing.read_clocks()
-    stats = timing.measure_interleaved(
-        {"kernel": lambda: ex(x, out, alpha, beta), "copy": lambda: copy_dst.copy_(x)},
-        timing.CudaEventClock(), timing.L2Flusher(gpu.l2_mib << 20))
-    clocks_after = timing.read_clocks()
-    t_k, t_c = stats["kernel"].median, stats["copy"].median
-    moved = 2 * m * n * 2           # read x once, write out once (the copy moves the same bytes)
-    for name, t in (("kernel", t_k), ("copy", t_c)):
-        bad = timing.check_floor(t, timing.physical_floor(gpu, bytes_moved=moved))
-        if bad:
-            return Outcome(0.0, f"{name}: {bad}", {"kernel": stats["kernel"].summary()}, verdict="failed")
-    bw_k, bw_c = moved / t_k, moved / t_c
-    meas = {"shape": [m, n], "kernel": stats["kernel"].summary(), "copy": stats["copy"].summary(),
-            "kernel_tbps": bw_k / 1e12, "copy_tbps": bw_c / 1e12,
-            "clocks_before": clocks_before, "clocks_after": clocks_after, "gpu": ctx.device.driver_name}
-    return common.perf_outcome(ctx, bw_k / bw_c, meas,
-                               f"{bw_k / 1e12:.2f} TB/s vs copy {bw_c / 1e12:.2f} TB/s on {ctx.device.driver_name}")
+    out, copy_dst = torch.empty_like(x), torch.empty_like(x)
+    moved = common.Work(bytes=2 * m * n * 2)    # read x once, write out once (the copy moves the same bytes)
+    return common.timed_ratio(ctx, lambda: ex(x, out, alpha, beta), moved, "copy", lambda: copy_dst.copy_(x),
+                              moved, "bandwidth", {"shape": [m, n]})
 
 
 GRADERS = {

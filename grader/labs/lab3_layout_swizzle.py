@@ -25,7 +25,7 @@ import dataclasses
 import os
 import tempfile
 
-from .. import compare, inputs, timing
+from .. import compare, inputs
 from ..context import Context, Outcome
 from . import common
 
@@ -563,7 +563,7 @@ def grade_correct(module, ctx: Context) -> Outcome:
 def grade_speed(module, ctx: Context) -> Outcome:
     import torch
     from .. import build
-    gpu = common.require_gpu(ctx)
+    common.require_gpu(ctx)
     p = ctx.part.params
     m = n = p["size"]
     exes = {}
@@ -576,29 +576,19 @@ def grade_speed(module, ctx: Context) -> Outcome:
     b_plain = torch.empty(n, m, dtype=torch.float16, device="cuda")
     b_swz = torch.empty(n, m, dtype=torch.float16, device="cuda")
     dst = torch.empty_like(a)
-    clocks_before = timing.read_clocks()
-    stats = timing.measure_interleaved(
-        {"swizzled": lambda: exes["swizzled"](a, b_swz), "plain": lambda: exes["plain"](a, b_plain),
-         "torch": lambda: a.t().contiguous(), "copy": lambda: dst.copy_(a)},
-        timing.CudaEventClock(), timing.L2Flusher(gpu.l2_mib << 20))
-    clocks_after = timing.read_clocks()
-    moved = 2 * m * n * ELEM                      # every element read once and written once
-    t = {k: s.median for k, s in stats.items()}
-    for k in ("swizzled", "plain", "copy"):
-        bad = timing.check_floor(t[k], timing.physical_floor(gpu, bytes_moved=moved))
-        if bad:
-            return Outcome(0.0, f"{k}: {bad}", {k: stats[k].summary()}, verdict="failed")
-    bw = {k: moved / v for k, v in t.items()}
-    meas = {"m": m, "n": n, **{k: s.summary() for k, s in stats.items()},
-            **{f"{k}_tbps": v / 1e12 for k, v in bw.items()},
-            "swizzled_speedup_over_plain": t["plain"] / t["swizzled"],
-            "swizzled_speedup_over_torch": t["torch"] / t["swizzled"],
-            "clocks_before": clocks_before, "clocks_after": clocks_after, "gpu": ctx.device.driver_name}
-    what = (f"swizzled {bw['swizzled'] / 1e12:.2f} TB/s, plain {bw['plain'] / 1e12:.2f} TB/s "
-            f"(swizzled is {t['plain'] / t['swizzled']:.2f}x the plain kernel's speed and "
-            f"{t['torch'] / t['swizzled']:.2f}x torch .t().contiguous()), copy {bw['copy'] / 1e12:.2f} TB/s "
-            f"on {ctx.device.driver_name}; swizzled bandwidth / copy bandwidth")
-    return common.perf_outcome(ctx, bw["swizzled"] / bw["copy"], meas, what)
+    moved = common.Work(bytes=2 * m * n * ELEM)      # every element read once and written once
+    out = common.timed_ratio(
+        ctx, lambda: exes["swizzled"](a, b_swz), moved, "copy", lambda: dst.copy_(a), moved, "bandwidth",
+        {"m": m, "n": n},
+        extras={"plain": (lambda: exes["plain"](a, b_plain), moved), "torch": (lambda: a.t().contiguous(), moved)})
+    r = {k: out.measurements.get(f"{k}_TB/s") for k in ("kernel", "plain", "torch")}
+    if None not in r.values():
+        out.measurements.update({"swizzled_speedup_over_plain": r["kernel"] / r["plain"],
+                                 "swizzled_speedup_over_torch": r["kernel"] / r["torch"]})
+        out.message = (f"swizzled {r['kernel'] / r['plain']:.2f}x the plain kernel's speed "
+                       f"(plain {r['plain']:.2f} TB/s), {r['kernel'] / r['torch']:.2f}x torch .t().contiguous(); "
+                       + out.message)
+    return out
 
 
 GRADERS = {

@@ -1,0 +1,563 @@
+"""Grading functions of Lab 4 (GEMM on tensor cores). Contract with the notebook:
+
+- ``wgmma_desc_fields(swizzle_bytes) -> (lbo, sbo, swizzle_code)`` and
+  ``wgmma_desc_offset(row, k, dtype_bytes, swizzle_bytes) -> int`` (bytes from the tile's start)
+  for a K-major SMEM tile whose rows are one swizzle atom wide.
+- ``wgmma_acc_coord(thread, reg) -> (row, col)`` and ``wgmma_acc_owner(row, col) -> (thread, reg)``:
+  the fp32 accumulator fragment of wgmma m64nN.
+- ``first_unsafe(ops) -> int | None`` (schedule of "copy", "fence", "sync", "mma", "wait", "read"),
+  ``wait_parities(iterations, completed_before) -> list`` and
+  ``early_waits(parities, completed_before) -> list``, ``grid_info(M, N, K, blk_m, blk_n, blk_k)
+  -> dict`` and ``same_tiles(bx, by, M, N, blk_m, blk_n) -> dict``.
+- ``hopper_step1..4(M, N, K)`` (sm_90a, wgmma) and ``blackwell_step1..4(M, N, K)`` (sm_100a,
+  tcgen05) -> PrimFunc computing D = A @ B.T, A [M, K], B [N, K], D [M, N] in fp16 with fp32
+  accumulation, called as ``kernel(A, B, D)``; M and N multiples of 128, K of 64 (step 1 is
+  128 x 128 x 64 only, step 2 has M = N = 128).
+
+The kernel parts run the builder of the GPU's track (``builders`` in the spec, keyed by
+track). The SASS part compiles the Hopper kernels and checks that no instruction reads a wgmma
+accumulator register while a wgmma may still be writing it.
+"""
+from __future__ import annotations
+
+import math
+import re
+
+from .. import build, compare, inputs, timing
+from ..context import Context, Outcome
+from . import common
+
+LAB = "lab4_gemm"
+SWIZZLE_CODES = {32: 1, 64: 2, 128: 3}     # the code TIRx's encode_matrix_descriptor takes
+OPS = ("copy", "fence", "sync", "mma", "wait", "read")
+
+
+# ---------------------------------------------------------------- reference answers
+
+def ref_desc_fields(swizzle_bytes: int) -> tuple[int, int, int]:
+    # K-major and swizzled: the leading byte offset is unused (1 by convention); the stride
+    # byte offset is the distance between 8-row core-matrix groups, 8 rows of one atom width,
+    # in 16-byte units.
+    return (1, 8 * swizzle_bytes // 16, SWIZZLE_CODES[swizzle_bytes])
+
+
+def ref_desc_offset(row: int, k: int, dtype_bytes: int, swizzle_bytes: int) -> int:
+    # Rows are whole atom rows; the hardware applies the XOR itself, so the start address of
+    # an 8-row-aligned K slice is plain row-major arithmetic.
+    return row * swizzle_bytes + k * dtype_bytes
+
+
+def ref_acc_coord(thread: int, reg: int) -> tuple[int, int]:
+    warp, lane = thread // 32, thread % 32
+    return (16 * warp + lane // 4 + 8 * ((reg // 2) % 2), 8 * (reg // 4) + 2 * (lane % 4) + reg % 2)
+
+
+def ref_acc_owner(row: int, col: int) -> tuple[int, int]:
+    r16 = row % 16
+    thread = 32 * (row // 16) + 4 * (r16 % 8) + (col % 8) // 2
+    return (thread, 4 * (col // 8) + 2 * (r16 // 8) + col % 2)
+
+
+def ref_first_unsafe(ops) -> int | None:
+    copied = fenced = published = issued = in_flight = False
+    for i, op in enumerate(ops):
+        if op == "copy":
+            if in_flight:
+                return i                    # overwrites tiles an MMA may still be reading
+            copied, fenced, published = True, False, False
+        elif op == "fence":
+            fenced = fenced or copied
+        elif op == "sync":
+            published = published or fenced
+        elif op == "mma":
+            if not published:
+                return i                    # some writes are unfinished or not visible to the MMA
+            issued = in_flight = True
+        elif op == "wait":
+            in_flight = False
+        elif op == "read":
+            if in_flight or not issued:
+                return i                    # reads an accumulator the MMA may still be writing
+        else:
+            raise ValueError(op)
+    return None
+
+
+def ref_wait_parities(iterations: int, completed_before: int) -> list[int]:
+    return [(completed_before + i) % 2 for i in range(iterations)]
+
+
+def ref_early_waits(parities, completed_before: int) -> list[int]:
+    return [i for i, p in enumerate(parities) if p != (completed_before + i) % 2]
+
+
+def ref_grid_info(M: int, N: int, K: int, blk_m: int, blk_n: int, blk_k: int) -> dict:
+    gx, gy = M // blk_m, N // blk_n
+    return {"grid": (gx, gy), "ctas": gx * gy, "k_tiles": K // blk_k,
+            "bytes_loaded": 2 * (M * K * gy + N * K * gx), "bytes_once": 2 * (M * K + N * K)}
+
+
+def ref_same_tiles(bx: int, by: int, M: int, N: int, blk_m: int, blk_n: int) -> dict:
+    gx, gy = M // blk_m, N // blk_n
+    return {"same_a": [(bx, y) for y in range(gy) if y != by],
+            "same_b": [(x, by) for x in range(gx) if x != bx]}
+
+
+# ---------------------------------------------------------------- comparison helpers
+
+def _norm(x):
+    """Lists and tuples (nested) to tuples, integral floats and numpy integers to int."""
+    if isinstance(x, dict):
+        return {k: _norm(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return tuple(_norm(v) for v in x)
+    if isinstance(x, bool) or x is None:
+        return x
+    if isinstance(x, float) and x.is_integer():
+        return int(x)
+    if hasattr(x, "__index__"):
+        try:
+            return int(x.__index__())
+        except TypeError:
+            return x
+    return x
+
+
+def _same(got, exp) -> bool:
+    try:
+        return _norm(got) == _norm(exp)
+    except Exception:  # noqa: BLE001 - an odd answer is a wrong answer
+        return False
+
+
+def _hidden(ctx: Context) -> int:
+    return 0 if ctx.public_only else ctx.part.params["hidden_cases"]
+
+
+# ---------------------------------------------------------------- part a: descriptor and fragment
+
+def desc_cases(ctx: Context) -> list[tuple]:
+    cases = [("fields", (128,)), ("fields", (64,)), ("fields", (32,)),
+             ("offset", (0, 0, 2, 128)), ("offset", (0, 16, 2, 128)), ("offset", (64, 48, 2, 128)),
+             ("offset", (8, 32, 1, 64)), ("offset", (120, 8, 4, 128))]
+    r = inputs.rng(LAB, ctx.part.id, ctx.seed)
+    for _ in range(_hidden(ctx)):
+        b, sw = r.choice([1, 2, 4]), r.choice([32, 64, 128])
+        step = 32 // b                                 # one wgmma K slice is 32 bytes
+        cases.append(("offset", (8 * r.randrange(32), step * r.randrange(sw // 32), b, sw)))
+    return cases
+
+
+def grade_desc(module, ctx: Context) -> Outcome:
+    ffields, foffset = (common.student(module, f) for f in ctx.part.params["functions"])
+
+    def call(kind, args):
+        return ffields(*args) if kind == "fields" else foffset(*args)
+
+    cases = [((kind, args), ref_desc_fields(*args) if kind == "fields" else ref_desc_offset(*args))
+             for kind, args in desc_cases(ctx)]
+
+    def label(a):
+        kind, args = a
+        if kind == "fields":
+            return f"wgmma_desc_fields(swizzle_bytes={args[0]})"
+        return f"wgmma_desc_offset(row={args[0]}, k={args[1]}, dtype_bytes={args[2]}, swizzle_bytes={args[3]})"
+
+    return common.grade_cases(call, cases, _same, label)
+
+
+def frag_cases(ctx: Context) -> list[tuple]:
+    cases = [("coord", (t, i)) for t in range(128) for i in range(64)]
+    cases += [("owner", (row, col)) for row in range(64) for col in range(128)]
+    r = inputs.rng(LAB, ctx.part.id, ctx.seed)
+    for _ in range(_hidden(ctx)):
+        cases.append(("coord", (r.randrange(128), r.randrange(128))))     # up to n256
+        cases.append(("owner", (r.randrange(64), r.randrange(256))))
+    return cases
+
+
+def grade_frag(module, ctx: Context) -> Outcome:
+    fcoord, fowner = (common.student(module, f) for f in ctx.part.params["functions"])
+
+    def call(kind, args):
+        return fcoord(*args) if kind == "coord" else fowner(*args)
+
+    cases = [((kind, args), ref_acc_coord(*args) if kind == "coord" else ref_acc_owner(*args))
+             for kind, args in frag_cases(ctx)]
+
+    def label(a):
+        kind, args = a
+        return (f"wgmma_acc_coord(thread={args[0]}, reg={args[1]})" if kind == "coord"
+                else f"wgmma_acc_owner(row={args[0]}, col={args[1]})")
+
+    return common.grade_cases(call, cases, _same, label)
+
+
+# ---------------------------------------------------------------- exercise questions
+
+SAFE_STEP = ["copy", "fence", "sync", "mma", "wait"]
+
+
+def sync_cases(ctx: Context) -> list[list[str]]:
+    cases = [
+        SAFE_STEP + ["read"],                                     # step 1: safe
+        SAFE_STEP * 3 + ["read"],                                 # step 2 loop: safe
+        ["copy", "fence", "mma", "wait", "read"],                 # no CTA sync
+        ["copy", "sync", "mma", "wait", "read"],                  # no proxy fence
+        ["copy", "sync", "fence", "mma", "wait", "read"],         # fence after the sync
+        ["copy", "fence", "sync", "mma", "read"],                 # no wait before the read
+        ["copy", "fence", "sync", "mma", "copy", "fence", "sync", "mma", "wait", "read"],
+        ["mma", "wait", "read"],                                  # nothing loaded
+        ["copy", "fence", "sync", "mma", "wait", "mma", "wait", "read"],   # same tiles twice: safe
+        ["fence", "sync", "copy", "mma", "wait", "read"],
+    ]
+    r = inputs.rng(LAB, ctx.part.id, ctx.seed)
+    for i in range(_hidden(ctx)):
+        if i % 3 == 2:
+            cases.append([r.choice(OPS) for _ in range(r.randint(2, 12))])
+            continue
+        ops = SAFE_STEP * r.randint(1, 3) + ["read"]
+        for _ in range(r.randint(1, 2)):                          # one or two mutations
+            j = r.randrange(len(ops))
+            how = r.choice(["drop", "swap", "dup", "insert"])
+            if how == "drop" and len(ops) > 2:
+                del ops[j]
+            elif how == "swap" and j + 1 < len(ops):
+                ops[j], ops[j + 1] = ops[j + 1], ops[j]
+            elif how == "dup":
+                ops.insert(j, ops[j])
+            else:
+                ops.insert(j, r.choice(OPS))
+        cases.append(ops)
+    return cases
+
+
+def grade_sync(module, ctx: Context) -> Outcome:
+    fn = common.student(module, ctx.part.params["function"])
+    cases = [((ops,), ref_first_unsafe(ops)) for ops in sync_cases(ctx)]
+    return common.grade_cases(fn, cases, _same, lambda a: f"ops={a[0]}")
+
+
+def phase_cases(ctx: Context) -> list[tuple]:
+    cases = [("parities", (4, 0)), ("parities", (5, 1)), ("parities", (1, 0)), ("parities", (6, 64)),
+             ("early", ([0, 0, 0, 0], 0)), ("early", ([0, 1, 0, 1], 0)), ("early", ([1, 1, 1], 0)),
+             ("early", ([1, 0, 1, 0, 1], 1)), ("early", ([0, 1, 0, 1], 3)), ("early", ([0] * 7, 2))]
+    r = inputs.rng(LAB, ctx.part.id, ctx.seed)
+    for i in range(_hidden(ctx)):
+        before = r.choice([0, 1, r.randint(0, 500)])
+        if i % 2 == 0:
+            cases.append(("parities", (r.randint(1, 40), before)))
+        else:
+            n = r.randint(1, 24)
+            style = r.choice(["const", "right", "shifted", "random"])
+            if style == "const":
+                par = [r.randint(0, 1)] * n
+            elif style == "right":
+                par = ref_wait_parities(n, before)
+                if r.random() < 0.7:
+                    j = r.randrange(n)
+                    par[j] ^= 1
+            elif style == "shifted":
+                par = ref_wait_parities(n, before + 1)
+            else:
+                par = [r.randint(0, 1) for _ in range(n)]
+            cases.append(("early", (par, before)))
+    return cases
+
+
+def grade_phase(module, ctx: Context) -> Outcome:
+    fpar, fearly = (common.student(module, f) for f in ctx.part.params["functions"])
+
+    def call(kind, args):
+        return fpar(*args) if kind == "parities" else fearly(*args)
+
+    cases = [((kind, args), ref_wait_parities(*args) if kind == "parities" else ref_early_waits(*args))
+             for kind, args in phase_cases(ctx)]
+
+    def label(a):
+        kind, args = a
+        return (f"wait_parities(iterations={args[0]}, completed_before={args[1]})" if kind == "parities"
+                else f"early_waits(parities={args[0]}, completed_before={args[1]})")
+
+    return common.grade_cases(call, cases, _same, label)
+
+
+def grid_cases(ctx: Context) -> list[tuple]:
+    cases = [("info", (4096, 4096, 4096, 128, 128, 64)), ("info", (256, 384, 512, 128, 128, 64)),
+             ("info", (8192, 1024, 256, 128, 256, 64)), ("info", (128, 128, 64, 128, 128, 64)),
+             ("same", (0, 0, 4096, 4096, 128, 128)), ("same", (5, 17, 4096, 4096, 128, 128)),
+             ("same", (1, 2, 256, 384, 128, 128)), ("same", (0, 0, 128, 128, 128, 128)),
+             ("same", (3, 0, 1024, 128, 128, 128))]
+    r = inputs.rng(LAB, ctx.part.id, ctx.seed)
+    for i in range(_hidden(ctx)):
+        bm, bn, bk = r.choice([64, 128, 256]), r.choice([64, 128, 256]), r.choice([32, 64, 128])
+        M, N = bm * r.randint(1, 40), bn * r.randint(1, 40)
+        if i % 2 == 0:
+            cases.append(("info", (M, N, bk * r.randint(1, 128), bm, bn, bk)))
+        else:
+            cases.append(("same", (r.randrange(M // bm), r.randrange(N // bn), M, N, bm, bn)))
+    return cases
+
+
+def grade_grid(module, ctx: Context) -> Outcome:
+    finfo, fsame = (common.student(module, f) for f in ctx.part.params["functions"])
+
+    def call(kind, args):
+        if kind == "info":
+            return finfo(*args)
+        got = fsame(*args)
+        if isinstance(got, dict):          # the order of the CTAs in a list does not matter
+            got = {k: sorted(_norm(v)) if isinstance(v, (list, tuple, set)) else v for k, v in got.items()}
+        return got
+
+    cases = [((kind, args), ref_grid_info(*args) if kind == "info" else ref_same_tiles(*args))
+             for kind, args in grid_cases(ctx)]
+
+    def label(a):
+        kind, args = a
+        return (f"grid_info(M={args[0]}, N={args[1]}, K={args[2]}, blk_m={args[3]}, blk_n={args[4]}, blk_k={args[5]})"
+                if kind == "info" else
+                f"same_tiles(bx={args[0]}, by={args[1]}, M={args[2]}, N={args[3]}, blk_m={args[4]}, blk_n={args[5]})")
+
+    return common.grade_cases(call, cases, _same, label)
+
+
+# ---------------------------------------------------------------- build parts
+
+def grade_build(module, ctx: Context) -> Outcome:
+    return common.build_part(module, ctx)
+
+
+# ---------------------------------------------------------------- the accumulator hazard in SASS
+
+_INSTR = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(.*?)\s*;")
+_REG = re.compile(r"\bR(\d+)(?:\.(64|128))?\b")
+_HGMMA = re.compile(r"HGMMA\.64x(\d+)x\d+\.F32\S*\s+R(\d+)")
+_FINAL_WAIT = re.compile(r"gsb0,\s*0x0\b")
+
+
+def accumulator_hazards(sass: str) -> tuple[bool, str, dict]:
+    """Scan SASS in listing order. The accumulator registers are the destinations of the HGMMA
+    (wgmma) instructions. From an HGMMA until the next ``WARPGROUP.DEPBAR.LE gsb0, 0x0``
+    (``wgmma.wait_group 0``) a wgmma may still be writing them, so no other instruction may
+    read one of them. Returns (ok, message, measurements)."""
+    instrs = [m.group(1) for m in _INSTR.finditer(sass)]
+    acc: set[int] = set()
+    for ins in instrs:
+        m = _HGMMA.search(ins)
+        if m:
+            n, base = int(m.group(1)), int(m.group(2))
+            acc.update(range(base, base + n // 2))
+    meas = {"hgmma": sum(1 for i in instrs if "HGMMA" in i), "accumulator_registers": len(acc)}
+    if not acc:
+        return False, "no HGMMA (wgmma) instruction with an fp32 accumulator in the SASS", meas
+    pending, waits, bad = False, 0, []
+    for ins in instrs:
+        body = re.sub(r"^@!?U?P\w+\s+", "", ins)
+        words = body.split()
+        op = words[0] if words else ""
+        if op.startswith("HGMMA"):
+            pending = True
+            continue
+        if op.startswith("WARPGROUP.DEPBAR") and _FINAL_WAIT.search(body):
+            pending = False
+            waits += 1
+            continue
+        if not pending or op.startswith("WARPGROUP"):
+            continue
+        operands = body[len(op):].split(",")
+        sources = operands if op.startswith(("ST", "RED", "ATOM")) else operands[1:]
+        regs: set[int] = set()
+        for s in sources:
+            for r in _REG.finditer(s):
+                width = {None: 1, "64": 2, "128": 4}[r.group(2)]
+                regs.update(range(int(r.group(1)), int(r.group(1)) + width))
+        if regs & acc:
+            bad.append(ins)
+    meas.update({"final_waits": waits, "early_reads": len(bad)})
+    if waits == 0:
+        return False, "no WARPGROUP.DEPBAR.LE gsb0, 0x0 (wgmma.wait_group 0) after the wgmma instructions", meas
+    if bad:
+        return False, (f"{len(bad)} instruction(s) read accumulator registers while a wgmma may still be "
+                       f"writing them (before WARPGROUP.DEPBAR.LE gsb0, 0x0), first: `{bad[0]}`"), meas
+    return True, f"no accumulator read before the wgmma wait ({waits} wait(s), {len(acc)} accumulator registers)", meas
+
+
+def _not_implemented(e: Exception) -> bool:
+    return isinstance(e, NotImplementedError) or "is not implemented yet" in str(e)
+
+
+def grade_sass(module, ctx: Context) -> Outcome:
+    """A quarter of the points per clean kernel; none at all when any kernel reads an
+    accumulator early (ptxas often inserts the missing waits itself, so a misplaced wait shows
+    up in some kernels and not in others)."""
+    p = ctx.part.params
+    fracs, lines, meas, todo = [], [], {}, []
+    for name, shape in zip(p["builders"], p["shapes"]):
+        try:
+            builder = common.student(module, name)
+            art = build.compile_only(builder(*shape), p["arch"], want_sass=True)
+        except build.BuildError as e:
+            if _not_implemented(e):
+                todo.append(f"{name}: {str(e).splitlines()[0]}")
+                fracs.append(0.0)
+                lines.append(f"{name}: not implemented")
+                continue
+            fracs.append(0.0)
+            lines.append(f"{name}: does not build: {str(e)[:300]}")
+            continue
+        except Exception as e:  # noqa: BLE001 - a todo() or a parse error in one kernel
+            if not _not_implemented(e):
+                raise
+            todo.append(f"{name}: {str(e).splitlines()[0]}")
+            fracs.append(0.0)
+            lines.append(f"{name}: not implemented")
+            continue
+        if not art.sass:
+            raise RuntimeError("no SASS: cuobjdump was not found (install nvidia-cuda-cuobjdump)")
+        ok, msg, m = accumulator_hazards(art.sass)
+        fracs.append(1.0 if ok else 0.0)
+        meas[name] = m
+        lines.append(f"{name} {'x'.join(map(str, shape))}: {msg}")
+    if len(todo) == len(fracs):
+        raise NotImplementedError(todo[0])
+    hazards = [ln for ln, name in zip(lines, p["builders"]) if name in meas and meas[name].get("early_reads")]
+    if hazards:   # a kernel that may read an unfinished accumulator is wrong, whatever the others do
+        return Outcome(0.0, "accumulator hazard: " + " | ".join(hazards) + " | all kernels: " + " | ".join(lines),
+                       meas)
+    return Outcome(sum(fracs) / len(fracs), " | ".join(lines), meas)
+
+
+# ---------------------------------------------------------------- kernels on the GPU
+
+def _track_builder(module, ctx: Context):
+    p = ctx.part.params
+    track = ctx.device.track
+    name = p["builders"][track]
+    return name, common.student(module, name)
+
+
+def _shapes(ctx: Context) -> list[tuple[int, int, int]]:
+    p = ctx.part.params
+    shapes = [tuple(s) for s in p["public_shapes"]]
+    if not ctx.public_only:
+        r = inputs.rng(LAB, ctx.part.id, ctx.seed)
+        (gm, gn, gk), (mm, mn, mk) = p["granule"], p["hidden_max"]
+        shapes += [(gm * r.randint(1, mm // gm), gn * r.randint(1, mn // gn), gk * r.randint(1, mk // gk))
+                   for _ in range(p["hidden_shapes"])]
+    return shapes
+
+
+def _tolerance(K: int):
+    import torch
+    return compare.tolerance(torch.float16, K, magnitude=math.sqrt(K))
+
+
+def _operands(ctx: Context, M: int, N: int, K: int, index: int):
+    import torch
+    A = inputs.randn(LAB, ctx.part.id, (M, K), ctx.seed, torch.float16, "cuda", index=2 * index)
+    B = inputs.randn(LAB, ctx.part.id, (N, K), ctx.seed, torch.float16, "cuda", index=2 * index + 1)
+    return A, B
+
+
+def _run_gemm(ex, A, B, M: int, N: int, K: int):
+    """Run once on clones into a NaN-filled D; compare with a float64 reference of the
+    untouched inputs."""
+    import torch
+    D = inputs.poisoned_like(torch.empty(M, N, dtype=torch.float16, device="cuda"))
+    ex(A.clone(), B.clone(), D)
+    torch.cuda.synchronize()
+    ref = A.double() @ B.double().T
+    return compare.compare(D, ref, _tolerance(K), name=f"D ({M}x{N}x{K})")
+
+
+def grade_correct(module, ctx: Context) -> Outcome:
+    common.require_gpu(ctx)
+    name, builder = _track_builder(module, ctx)
+    shapes = _shapes(ctx)
+    fails = []
+    for i, (M, N, K) in enumerate(shapes):
+        ex, _ = build.lower(builder(M, N, K))
+        A, B = _operands(ctx, M, N, K, i)
+        res = _run_gemm(ex, A, B, M, N, K)
+        if not res.ok:
+            fails.append(res.message)
+    ok = len(shapes) - len(fails)
+    msg = f"{name} on {ctx.device.driver_name}: {ok}/{len(shapes)} shapes correct" + (f"; {fails[0]}" if fails else "")
+    return Outcome(ok / len(shapes), msg, {"builder": name, "shapes": [list(s) for s in shapes]})
+
+
+def grade_speed(module, ctx: Context) -> Outcome:
+    import torch
+    gpu = common.require_gpu(ctx)
+    p = ctx.part.params
+    name, builder = _track_builder(module, ctx)
+    flush = timing.L2Flusher(gpu.l2_mib << 20)
+    r = inputs.rng(LAB, ctx.part.id, ctx.seed)
+    clocks_before = timing.read_clocks()
+    per_shape, ratios = [], []
+    for i, (M, N, K) in enumerate(p["shapes"]):
+        ex, _ = build.lower(builder(M, N, K))
+        A, B = _operands(ctx, M, N, K, i)
+        D = inputs.poisoned_like(torch.empty(M, N, dtype=torch.float16, device="cuda"))
+        D_torch = torch.empty_like(D)
+        rows = torch.tensor(sorted(r.sample(range(M), min(M, p["check_rows"]))), device="cuda")
+        ref = A[rows].double() @ B.double().T
+
+        def check(when: str):
+            return compare.compare(D[rows], ref, _tolerance(K), name=f"D ({M}x{N}x{K}, sampled rows, {when})")
+
+        ex(A, B, D)
+        torch.cuda.synchronize()
+        chk = check("before timing")
+        if not chk.ok:
+            return Outcome(0.0, f"not timed: wrong result at {M}x{N}x{K}; {chk.message}", {"builder": name})
+        stats = timing.measure_interleaved(
+            {"kernel": lambda: ex(A, B, D), "torch": lambda: torch.matmul(A, B.T, out=D_torch)},
+            timing.CudaEventClock(), flush)
+        torch.cuda.synchronize()
+        chk = check("after timing")
+        if not chk.ok:
+            return Outcome(0.0, f"wrong result after timing at {M}x{N}x{K}; {chk.message}", {"builder": name})
+        t_k, t_t = stats["kernel"].median, stats["torch"].median
+        flops, moved = 2 * M * N * K, 2 * (M * K + N * K + M * N)
+        for who, t in (("kernel", t_k), ("torch.matmul", t_t)):
+            bad = timing.check_floor(t, timing.physical_floor(gpu, bytes_moved=moved, flops=flops))
+            if bad:
+                return Outcome(0.0, f"{who} at {M}x{N}x{K}: {bad}", {"kernel": stats["kernel"].summary()},
+                               verdict="failed")
+        ratios.append(t_t / t_k)
+        per_shape.append({"shape": [M, N, K], "kernel": stats["kernel"].summary(), "torch": stats["torch"].summary(),
+                          "kernel_tflops": flops / t_k / 1e12, "torch_tflops": flops / t_t / 1e12,
+                          "ratio": t_t / t_k})
+    ratio = math.exp(sum(math.log(x) for x in ratios) / len(ratios))
+    meas = {"builder": name, "shapes": per_shape, "clocks_before": clocks_before,
+            "clocks_after": timing.read_clocks(), "gpu": ctx.device.driver_name}
+    what = ", ".join(f"{'x'.join(map(str, s['shape']))}: {s['kernel_tflops']:.0f} vs {s['torch_tflops']:.0f} TFLOP/s"
+                     for s in per_shape)
+    return common.perf_outcome(ctx, ratio, meas,
+                               f"{name} on {ctx.device.driver_name} ({what}); geometric mean of the ratios to torch.matmul")
+
+
+GRADERS = {
+    "a_desc": grade_desc,
+    "a_frag": grade_frag,
+    "s1_build_sm90": grade_build,
+    "s1_build_sm100": grade_build,
+    "s1_correct": grade_correct,
+    "s1_sync": grade_sync,
+    "s2_build_sm90": grade_build,
+    "s2_build_sm100": grade_build,
+    "s2_correct": grade_correct,
+    "s2_phase": grade_phase,
+    "s3_build_sm90": grade_build,
+    "s3_build_sm100": grade_build,
+    "s3_correct": grade_correct,
+    "s3_speed": grade_speed,
+    "s3_grid": grade_grid,
+    "s4_build_sm90": grade_build,
+    "s4_build_sm100": grade_build,
+    "s4_correct": grade_correct,
+    "s4_speed": grade_speed,
+    "sass_hazard": grade_sass,
+}
