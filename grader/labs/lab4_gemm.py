@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 import re
 
-from .. import build, compare, inputs, timing
+from .. import build, compare, inputs
 from ..context import Context, Outcome
 from . import common
 
@@ -488,15 +488,17 @@ def grade_correct(module, ctx: Context) -> Outcome:
 
 
 def grade_speed(module, ctx: Context) -> Outcome:
+    """Per shape: check sampled rows, time the kernel and torch.matmul(A, B.T) interleaved
+    (common.timed_ratio: L2 flushed, floors, clocks), check again; credit on the geometric mean
+    of the per-shape ratios."""
     import torch
-    gpu = common.require_gpu(ctx)
+    common.require_gpu(ctx)
     p = ctx.part.params
     name, builder = _track_builder(module, ctx)
-    flush = timing.L2Flusher(gpu.l2_mib << 20)
     r = inputs.rng(LAB, ctx.part.id, ctx.seed)
-    clocks_before = timing.read_clocks()
     per_shape, ratios = [], []
     for i, (M, N, K) in enumerate(p["shapes"]):
+        shape = f"{M}x{N}x{K}"
         ex, _ = build.lower(builder(M, N, K))
         A, B = _operands(ctx, M, N, K, i)
         D = inputs.poisoned_like(torch.empty(M, N, dtype=torch.float16, device="cuda"))
@@ -505,38 +507,30 @@ def grade_speed(module, ctx: Context) -> Outcome:
         ref = A[rows].double() @ B.double().T
 
         def check(when: str):
-            return compare.compare(D[rows], ref, _tolerance(K), name=f"D ({M}x{N}x{K}, sampled rows, {when})")
+            torch.cuda.synchronize()
+            return compare.compare(D[rows], ref, _tolerance(K), name=f"D ({shape}, sampled rows, {when})")
 
         ex(A, B, D)
-        torch.cuda.synchronize()
         chk = check("before timing")
         if not chk.ok:
-            return Outcome(0.0, f"not timed: wrong result at {M}x{N}x{K}; {chk.message}", {"builder": name})
-        stats = timing.measure_interleaved(
-            {"kernel": lambda: ex(A, B, D), "torch": lambda: torch.matmul(A, B.T, out=D_torch)},
-            timing.CudaEventClock(), flush)
-        torch.cuda.synchronize()
+            return Outcome(0.0, f"not timed: wrong result at {shape}; {chk.message}", {"builder": name})
+        work = common.Work(bytes=2 * (M * K + N * K + M * N), flops=2 * M * N * K)
+        out = common.timed_ratio(ctx, lambda: ex(A, B, D), work, "torch.matmul",
+                                 lambda: torch.matmul(A, B.T, out=D_torch), work, "flops",
+                                 measurements={"shape": [M, N, K]})
+        if out.verdict == "failed":
+            return Outcome(0.0, f"{shape}: {out.message}", out.measurements, verdict="failed")
         chk = check("after timing")
         if not chk.ok:
-            return Outcome(0.0, f"wrong result after timing at {M}x{N}x{K}; {chk.message}", {"builder": name})
-        t_k, t_t = stats["kernel"].median, stats["torch"].median
-        flops, moved = 2 * M * N * K, 2 * (M * K + N * K + M * N)
-        for who, t in (("kernel", t_k), ("torch.matmul", t_t)):
-            bad = timing.check_floor(t, timing.physical_floor(gpu, bytes_moved=moved, flops=flops))
-            if bad:
-                return Outcome(0.0, f"{who} at {M}x{N}x{K}: {bad}", {"kernel": stats["kernel"].summary()},
-                               verdict="failed")
-        ratios.append(t_t / t_k)
-        per_shape.append({"shape": [M, N, K], "kernel": stats["kernel"].summary(), "torch": stats["torch"].summary(),
-                          "kernel_tflops": flops / t_k / 1e12, "torch_tflops": flops / t_t / 1e12,
-                          "ratio": t_t / t_k})
+            return Outcome(0.0, f"wrong result after timing at {shape}; {chk.message}", {"builder": name})
+        ratios.append(out.measurements["ratio"])
+        per_shape.append(out.measurements)
     ratio = math.exp(sum(math.log(x) for x in ratios) / len(ratios))
-    meas = {"builder": name, "shapes": per_shape, "clocks_before": clocks_before,
-            "clocks_after": timing.read_clocks(), "gpu": ctx.device.driver_name}
-    what = ", ".join(f"{'x'.join(map(str, s['shape']))}: {s['kernel_tflops']:.0f} vs {s['torch_tflops']:.0f} TFLOP/s"
-                     for s in per_shape)
-    return common.perf_outcome(ctx, ratio, meas,
-                               f"{name} on {ctx.device.driver_name} ({what}); geometric mean of the ratios to torch.matmul")
+    what = ", ".join(f"{'x'.join(map(str, m['shape']))}: {m['kernel_TFLOP/s']:.0f} vs {m['torch.matmul_TFLOP/s']:.0f} TFLOP/s"
+                     for m in per_shape)
+    return common.perf_outcome(ctx, ratio, {"builder": name, "shapes": per_shape, "gpu": ctx.device.driver_name},
+                               f"{name} on {ctx.device.driver_name} ({what}); geometric mean of the ratios "
+                               f"to torch.matmul")
 
 
 GRADERS = {

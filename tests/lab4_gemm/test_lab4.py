@@ -1,0 +1,194 @@
+"""Lab 4: the reference solution passes every part gradable here; the student version fails
+every graded part; deliberately wrong submissions are caught.
+
+The CPU parts of whole notebooks are graded through the worker's own code path
+(``grader.worker.main``) inside this process, so TVM is imported once rather than once per part;
+one test runs a few parts through ``grader.run.check_lab`` (a subprocess per part), and GPU parts
+always go through it (time limits, crashes)."""
+import json
+import os
+
+import pytest
+
+from grader import hardware, inputs, report, run, spec, submission, worker
+from grader.labs import lab4_gemm
+
+LAB = "lab4_gemm"
+LAB_SPEC = spec.load(LAB)
+PARTS = [p.id for p in LAB_SPEC.parts]
+CPU_PARTS = [p.id for p in LAB_SPEC.parts if not p.needs_gpu]
+GPU_PARTS = [p.id for p in LAB_SPEC.parts if p.needs_gpu]
+SOLUTION = ("solutions", LAB, "lab4_gemm.ipynb")
+
+
+def grade_here(notebook: str, parts: list[str], workdir, seed: int = inputs.PUBLIC_SEED) -> dict:
+    """Grade CPU parts as the sandbox's worker does (import, grading function, verdict), in this
+    process. Static rules first, as ``run.check_lab`` applies them."""
+    os.makedirs(workdir, exist_ok=True)
+    module_path = submission.write_module(notebook, str(workdir))
+    with open(module_path) as f:
+        assert not submission.static_violations(f.read())
+    results = {}
+    for part in parts:
+        assert not LAB_SPEC.part(part).needs_gpu, part
+        job = {"lab": LAB, "part": part, "module_path": module_path, "seed": seed,
+               "result_path": os.path.join(str(workdir), f"{part}.json"), "public_only": False}
+        job_path = os.path.join(str(workdir), f"{part}.job.json")
+        with open(job_path, "w") as f:
+            json.dump(job, f)
+        worker.main(job_path)
+        with open(job["result_path"]) as f:
+            results[part] = report.PartResult(**json.load(f))
+    return results
+
+
+def grade_notebook(notebook: str, workdir, device) -> dict:
+    results = grade_here(notebook, CPU_PARTS, workdir)
+    # GPU parts: a subprocess each with its time limit (skipped, with the reason, without a GPU).
+    for r in run.check_lab(LAB, notebook, inputs.PUBLIC_SEED, device, parts=GPU_PARTS, progress=lambda m: None):
+        results[r.part] = r
+    return results
+
+
+@pytest.fixture(scope="module")
+def device():
+    return hardware.detect()
+
+
+@pytest.fixture(scope="module")
+def solution_results(root, device, tmp_path_factory):
+    return grade_notebook(os.path.join(root, *SOLUTION), tmp_path_factory.mktemp("solution"), device)
+
+
+@pytest.fixture(scope="module")
+def student_results(root, device, tmp_path_factory):
+    nb = os.path.join(root, "assignments", LAB, "lab4_gemm.ipynb")
+    return grade_notebook(nb, tmp_path_factory.mktemp("student"), device)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("part", PARTS)
+def test_solution_passes(solution_results, device, part):
+    r = solution_results[part]
+    if r.needs_gpu and not device.present:
+        assert r.verdict == report.SKIPPED and "needs a GPU" in r.message
+    elif part.endswith("_speed"):
+        # Speed is recorded by the benchmark run (reports/), not asserted here; the part must run.
+        assert r.verdict in (report.PASSED, report.PARTIAL, report.FAILED) and "ratio" in r.measurements, r.message
+    else:
+        assert r.verdict == report.PASSED, r.message
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("part", PARTS)
+def test_student_version_scores_zero(student_results, device, part):
+    r = student_results[part]
+    assert r.points == 0
+    if r.needs_gpu and not device.present:
+        assert r.verdict == report.SKIPPED
+    else:
+        assert r.verdict == report.FAILED and "not implemented" in r.message, r.message
+
+
+@pytest.mark.slow
+def test_parts_run_through_the_sandbox(root, device):
+    """The end-to-end path (module file, static rules, a subprocess per part) for two parts."""
+    res = run.check_lab(LAB, os.path.join(root, *SOLUTION), inputs.PUBLIC_SEED, device,
+                        parts=["s1_sync", "s1_build_sm100"], progress=lambda m: None)
+    assert [r.verdict for r in res] == [report.PASSED, report.PASSED], [r.message for r in res]
+
+
+# ---------------------------------------------------------------- deliberately wrong submissions
+
+WAIT_IN_LOOP = "T.ptx.wgmma.wait_group(0)"
+WRONG_SWIZZLE = {"codes = {32: 1, 64: 2, 128: 3}": "codes = {32: 1, 64: 2, 128: 1}"}
+
+
+@pytest.mark.slow
+def test_wait_group_1_hazard_fails_the_sass_check(root, edit, tmp_path):
+    """wait_group(1) and no wait_group(0): the epilogue reads accumulators of a group in flight."""
+    nb = edit(os.path.join(root, *SOLUTION), {WAIT_IN_LOOP: "T.ptx.wgmma.wait_group(1)"})
+    r = grade_here(nb, ["sass_hazard"], tmp_path / "grade")["sass_hazard"]
+    assert r.verdict == report.FAILED and r.points == 0, r.message
+    assert "while a wgmma may still be writing them" in r.message and "first:" in r.message
+
+
+@pytest.mark.slow
+def test_wrong_descriptor_swizzle_code_is_caught(root, edit, tmp_path):
+    nb = edit(os.path.join(root, *SOLUTION), WRONG_SWIZZLE)
+    r = grade_here(nb, ["a_desc"], tmp_path / "grade")["a_desc"]
+    assert r.verdict == report.PARTIAL and 0 < r.points < 2
+    assert "wgmma_desc_fields(swizzle_bytes=128): got (1, 64, 1), expected (1, 64, 3)" in r.message
+
+
+@pytest.mark.slow
+def test_step4_without_expect_tx_loses_the_build_part(root, edit, tmp_path):
+    nb = edit(os.path.join(root, *SOLUTION), {
+        "T.ptx.mbarrier.arrive.expect_tx(tma_bar.ptr_to([0]), (BLK_M + BLK_N) * BLK_K * 2)":
+            "T.ptx.mbarrier.arrive(tma_bar.ptr_to([0]))"})
+    r = grade_here(nb, ["s4_build_sm90"], tmp_path / "grade")["s4_build_sm90"]
+    assert r.verdict == report.FAILED and "mbarrier arrive with expected transaction bytes: MISSING" in r.message
+
+
+def test_schedule_question_fails_a_schedule_without_the_sync(root, edit, tmp_path):
+    nb = edit(os.path.join(root, *SOLUTION), {"            if not published:": "            if not fenced:"})
+    r = grade_here(nb, ["s1_sync"], tmp_path / "grade")["s1_sync"]
+    assert r.verdict == report.PARTIAL, r.message
+
+
+# ---------------------------------------------------------------- the SASS scan on listings
+
+LISTING = """
+        /*0100*/                   HGMMA.64x128x16.F32 R24, gdesc[UR4], RZ, !UPT, gsb0 ;
+        /*0110*/                   HGMMA.64x128x16.F32 R24, gdesc[UR8], R24, gsb0 ;
+{between}
+        /*0120*/                   WARPGROUP.DEPBAR.LE gsb0, 0x0 ;
+        /*0130*/                   F2FP.F16.F32.PACK_AB R4, R25, R24 ;
+        /*0140*/                   STG.E [R2.64], R4 ;
+"""
+
+
+def test_sass_scan_passes_reads_after_the_wait():
+    ok, msg, meas = lab4_gemm.accumulator_hazards(LISTING.format(between=""))
+    assert ok, msg
+    assert meas["accumulator_registers"] == 64 and meas["final_waits"] == 1
+
+
+@pytest.mark.parametrize("between", [
+    "        /*0118*/                   F2FP.F16.F32.PACK_AB R6, R27, R26 ;",        # a read of R26/R27
+    "        /*0118*/                   STG.E.64 [R2.64], R30.64 ;",                 # a store of R30/R31
+    "        /*0118*/                   WARPGROUP.DEPBAR.LE gsb0, 0x1 ;\n"
+    "        /*0119*/                   FADD R8, R40, 1 ;",                          # wait(1) is not enough
+])
+def test_sass_scan_flags_reads_before_the_wait(between):
+    ok, msg, _ = lab4_gemm.accumulator_hazards(LISTING.format(between=between))
+    assert not ok and "first:" in msg
+
+
+def test_sass_scan_without_hgmma_or_final_wait_fails():
+    assert not lab4_gemm.accumulator_hazards("        /*0000*/   FADD R1, R2, R3 ;")[0]
+    no_wait = LISTING.format(between="").replace("WARPGROUP.DEPBAR.LE gsb0, 0x0", "WARPGROUP.DEPBAR.LE gsb0, 0x1")
+    assert not lab4_gemm.accumulator_hazards(no_wait)[0]
+
+
+# ---------------------------------------------------------------- on a GPU
+
+def _needs_track(device, track):
+    if not device.present or device.track != track:
+        pytest.skip(f"needs a {track} GPU")
+
+
+@pytest.mark.gpu
+def test_wrong_swizzle_code_gives_wrong_results_on_hopper(root, edit, device):
+    _needs_track(device, "sm_90a")
+    nb = edit(os.path.join(root, *SOLUTION), WRONG_SWIZZLE)
+    r = run.check_lab(LAB, nb, inputs.PUBLIC_SEED, device, parts=["s1_correct"], progress=lambda m: None)[0]
+    assert r.verdict == report.FAILED and "first at" in r.message, r.message
+
+
+@pytest.mark.gpu
+def test_wait_group_1_hazard_gives_wrong_results_on_hopper(root, edit, device):
+    _needs_track(device, "sm_90a")
+    nb = edit(os.path.join(root, *SOLUTION), {WAIT_IN_LOOP: "T.ptx.wgmma.wait_group(1)"})
+    r = run.check_lab(LAB, nb, inputs.PUBLIC_SEED, device, parts=["s4_correct"], progress=lambda m: None)[0]
+    assert r.verdict != report.PASSED and r.points < r.max_points, r.message
