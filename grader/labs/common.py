@@ -67,7 +67,7 @@ def build_part(module, ctx: Context) -> Outcome:
         good = all(c.ok for c in checks)
         per_arch.append(1.0 if good else 0.0)
         meas[arch] = {c.name: c.count for c in checks}
-        lines.append(f"{arch}: builds; " + "; ".join(c.message for c in checks))
+        lines.append(f"{arch}: compiled; " + "; ".join(c.message for c in checks))
     return Outcome(sum(per_arch) / len(per_arch), " | ".join(lines), meas)
 
 
