@@ -9,7 +9,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from grader import hardware  # noqa: E402
+from grader import hardware, inputs, report, run, spec, submission, worker  # noqa: E402
 
 
 def pytest_collection_modifyitems(config, items):
@@ -67,3 +67,43 @@ def copy_course(root, dst):
     shutil.copy(os.path.join(root, "nbgrader_config.py"), dst)
     shutil.copytree(os.path.join(root, "solutions"), os.path.join(dst, "solutions"),
                     ignore=shutil.ignore_patterns("*.png", "generated", "__pycache__", ".ipynb_checkpoints"))
+
+
+@pytest.fixture(scope="session")
+def device():
+    return hardware.detect()
+
+
+def grade_in_process(lab, notebook, parts, workdir, seed=inputs.PUBLIC_SEED):
+    """Grade CPU parts of a notebook as the sandbox's worker does (module file, static rules,
+    import, grading function, verdict file), in this process: TVM is imported once, not once per
+    part. The subprocess path itself is tested in tests/grader/test_sandbox.py and test_cli.py."""
+    lab_spec = spec.load(lab)
+    os.makedirs(workdir, exist_ok=True)
+    module_path = submission.write_module(notebook, str(workdir))
+    with open(module_path) as f:
+        assert not submission.static_violations(f.read())
+    results = {}
+    for part in parts:
+        assert not lab_spec.part(part).needs_gpu, part
+        job = {"lab": lab, "part": part, "module_path": module_path, "seed": seed,
+               "result_path": os.path.join(str(workdir), f"{part}.json"), "public_only": False}
+        job_path = os.path.join(str(workdir), f"{part}.job.json")
+        with open(job_path, "w") as f:
+            json.dump(job, f)
+        worker.main(job_path)
+        with open(job["result_path"]) as f:
+            results[part] = report.PartResult(**json.load(f))
+    return results
+
+
+def grade_notebook(lab, notebook, workdir, device):
+    """Every part of a notebook: CPU parts in this process, GPU parts through the sandbox (a
+    subprocess each, with its time limit; skipped with the reason when there is no GPU)."""
+    lab_spec = spec.load(lab)
+    results = grade_in_process(lab, notebook, [p.id for p in lab_spec.parts if not p.needs_gpu], workdir)
+    gpu_parts = [p.id for p in lab_spec.parts if p.needs_gpu]
+    if gpu_parts:
+        for r in run.check_lab(lab, notebook, inputs.PUBLIC_SEED, device, parts=gpu_parts, progress=lambda m: None):
+            results[r.part] = r
+    return results

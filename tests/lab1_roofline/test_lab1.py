@@ -1,56 +1,12 @@
-"""Lab 1: the reference solution passes every part gradable here; the student version fails
-every graded part; deliberately wrong submissions are caught."""
+"""Lab 1: deliberately wrong submissions are caught (tests/test_every_lab.py checks that the
+solution passes and the student version scores zero)."""
 import os
 
 import pytest
 
-from grader import hardware, inputs, report, run, spec
+from grader import inputs, report, run
 
 LAB = "lab1_roofline"
-PARTS = [p.id for p in spec.load(LAB).parts]
-
-
-@pytest.fixture(scope="module")
-def device():
-    return hardware.detect()
-
-
-@pytest.fixture(scope="module")
-def solution_results(root, device):
-    nb = os.path.join(root, "solutions", LAB)
-    return {r.part: r for r in run.check_lab(LAB, nb, inputs.PUBLIC_SEED, device, progress=lambda m: None)}
-
-
-@pytest.fixture(scope="module")
-def student_results(root, device):
-    nb = os.path.join(root, "assignments", LAB)
-    return {r.part: r for r in run.check_lab(LAB, nb, inputs.PUBLIC_SEED, device, progress=lambda m: None)}
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("part", PARTS)
-def test_solution_passes(solution_results, device, part):
-    r = solution_results[part]
-    if r.needs_gpu and not device.present:
-        assert r.verdict == report.SKIPPED and "needs a GPU" in r.message
-    elif part == "b_speed":
-        # Speed is recorded by the benchmark run (reports/), not asserted here; the part must run.
-        assert r.verdict in (report.PASSED, report.PARTIAL, report.FAILED) and "ratio" in r.measurements
-    else:
-        assert r.verdict == report.PASSED, r.message
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("part", PARTS)
-def test_student_version_scores_zero(student_results, device, part):
-    r = student_results[part]
-    assert r.points == 0
-    if r.needs_gpu and not device.present:
-        assert r.verdict == report.SKIPPED
-    else:
-        assert r.verdict == report.FAILED and "not implemented" in r.message, r.message
-
-
 SOLUTION = ("solutions", LAB, "lab1_roofline.ipynb")
 
 

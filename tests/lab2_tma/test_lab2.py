@@ -1,5 +1,5 @@
-"""Lab 2: the reference solution passes every part gradable here; the student version fails
-every graded part; deliberately wrong submissions are caught, including kernels whose barriers
+"""Lab 2: deliberately wrong submissions are caught (tests/test_every_lab.py checks that the
+solution passes and the student version scores zero), including kernels whose barriers
 never complete (the grader's timeout turns the hang into a verdict)."""
 import dataclasses
 import itertools
@@ -7,12 +7,11 @@ import os
 
 import pytest
 
-from grader import build, hardware, inputs, inspect, labs, report, run, sandbox, spec, submission
+from grader import build, inputs, inspect, labs, report, run, sandbox, spec, submission
 from grader.context import Context
 from grader.labs import lab2_tma
 
 LAB = "lab2_tma"
-PARTS = [p.id for p in spec.load(LAB).parts]
 SOLUTION = ("solutions", LAB, "lab2_tma.ipynb")
 
 # Deliberate barrier bugs. Each compiles (only the runtime can catch it) and each hangs:
@@ -23,47 +22,6 @@ EXPECT_TX_DOUBLED = {"T.ptx.mbarrier.arrive.expect_tx(bar.ptr_to([0]), TILE_BYTE
 PRODUCER_PHASE_FLIPPED = {"T.ptx.mbarrier.try_wait(empty.ptr_to([s]), phase ^ 1)":
                           "T.ptx.mbarrier.try_wait(empty.ptr_to([s]), phase)"}
 HANG_TIMEOUT_S = 40
-
-
-@pytest.fixture(scope="module")
-def device():
-    return hardware.detect()
-
-
-@pytest.fixture(scope="module")
-def solution_results(root, device):
-    nb = os.path.join(root, "solutions", LAB)
-    return {r.part: r for r in run.check_lab(LAB, nb, inputs.PUBLIC_SEED, device, progress=lambda m: None)}
-
-
-@pytest.fixture(scope="module")
-def student_results(root, device):
-    nb = os.path.join(root, "assignments", LAB)
-    return {r.part: r for r in run.check_lab(LAB, nb, inputs.PUBLIC_SEED, device, progress=lambda m: None)}
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("part", PARTS)
-def test_solution_passes(solution_results, device, part):
-    r = solution_results[part]
-    if r.needs_gpu and not device.present:
-        assert r.verdict == report.SKIPPED and "needs a GPU" in r.message
-    elif part == "e_speed":
-        # Speed is recorded by the benchmark run (reports/), not asserted here; the part must run.
-        assert r.verdict in (report.PASSED, report.PARTIAL, report.FAILED) and "ratio" in r.measurements
-    else:
-        assert r.verdict == report.PASSED, r.message
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("part", PARTS)
-def test_student_version_scores_zero(student_results, device, part):
-    r = student_results[part]
-    assert r.points == 0
-    if r.needs_gpu and not device.present:
-        assert r.verdict == report.SKIPPED
-    else:
-        assert r.verdict == report.FAILED and "not implemented" in r.message, r.message
 
 
 def _solution_module(root, tmp_path):

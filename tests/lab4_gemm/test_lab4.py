@@ -1,93 +1,21 @@
-"""Lab 4: the reference solution passes every part gradable here; the student version fails
-every graded part; deliberately wrong submissions are caught.
-
-The CPU parts of whole notebooks are graded through the worker's own code path
-(``grader.worker.main``) inside this process, so TVM is imported once rather than once per part;
-one test runs a few parts through ``grader.run.check_lab`` (a subprocess per part), and GPU parts
-always go through it (time limits, crashes)."""
-import json
+"""Lab 4: deliberately wrong submissions are caught (tests/test_every_lab.py checks that the
+solution passes and the student version scores zero). Parts are graded through the worker's own
+code path in this process (conftest.grade_in_process); one test runs parts through the sandbox."""
 import os
 
 import pytest
+from conftest import grade_in_process
 
-from grader import hardware, inputs, report, run, spec, submission, worker
+from grader import inputs, report, run, spec
 from grader.labs import lab4_gemm
 
 LAB = "lab4_gemm"
 LAB_SPEC = spec.load(LAB)
-PARTS = [p.id for p in LAB_SPEC.parts]
-CPU_PARTS = [p.id for p in LAB_SPEC.parts if not p.needs_gpu]
-GPU_PARTS = [p.id for p in LAB_SPEC.parts if p.needs_gpu]
 SOLUTION = ("solutions", LAB, "lab4_gemm.ipynb")
 
 
-def grade_here(notebook: str, parts: list[str], workdir, seed: int = inputs.PUBLIC_SEED) -> dict:
-    """Grade CPU parts as the sandbox's worker does (import, grading function, verdict), in this
-    process. Static rules first, as ``run.check_lab`` applies them."""
-    os.makedirs(workdir, exist_ok=True)
-    module_path = submission.write_module(notebook, str(workdir))
-    with open(module_path) as f:
-        assert not submission.static_violations(f.read())
-    results = {}
-    for part in parts:
-        assert not LAB_SPEC.part(part).needs_gpu, part
-        job = {"lab": LAB, "part": part, "module_path": module_path, "seed": seed,
-               "result_path": os.path.join(str(workdir), f"{part}.json"), "public_only": False}
-        job_path = os.path.join(str(workdir), f"{part}.job.json")
-        with open(job_path, "w") as f:
-            json.dump(job, f)
-        worker.main(job_path)
-        with open(job["result_path"]) as f:
-            results[part] = report.PartResult(**json.load(f))
-    return results
-
-
-def grade_notebook(notebook: str, workdir, device) -> dict:
-    results = grade_here(notebook, CPU_PARTS, workdir)
-    # GPU parts: a subprocess each with its time limit (skipped, with the reason, without a GPU).
-    for r in run.check_lab(LAB, notebook, inputs.PUBLIC_SEED, device, parts=GPU_PARTS, progress=lambda m: None):
-        results[r.part] = r
-    return results
-
-
-@pytest.fixture(scope="module")
-def device():
-    return hardware.detect()
-
-
-@pytest.fixture(scope="module")
-def solution_results(root, device, tmp_path_factory):
-    return grade_notebook(os.path.join(root, *SOLUTION), tmp_path_factory.mktemp("solution"), device)
-
-
-@pytest.fixture(scope="module")
-def student_results(root, device, tmp_path_factory):
-    nb = os.path.join(root, "assignments", LAB, "lab4_gemm.ipynb")
-    return grade_notebook(nb, tmp_path_factory.mktemp("student"), device)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("part", PARTS)
-def test_solution_passes(solution_results, device, part):
-    r = solution_results[part]
-    if r.needs_gpu and not device.present:
-        assert r.verdict == report.SKIPPED and "needs a GPU" in r.message
-    elif part.endswith("_speed"):
-        # Speed is recorded by the benchmark run (reports/), not asserted here; the part must run.
-        assert r.verdict in (report.PASSED, report.PARTIAL, report.FAILED) and "ratio" in r.measurements, r.message
-    else:
-        assert r.verdict == report.PASSED, r.message
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("part", PARTS)
-def test_student_version_scores_zero(student_results, device, part):
-    r = student_results[part]
-    assert r.points == 0
-    if r.needs_gpu and not device.present:
-        assert r.verdict == report.SKIPPED
-    else:
-        assert r.verdict == report.FAILED and "not implemented" in r.message, r.message
+def grade_here(notebook, parts, workdir, seed=inputs.PUBLIC_SEED):
+    return grade_in_process(LAB, notebook, parts, workdir, seed)
 
 
 @pytest.mark.slow
