@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from typing import Any, Callable
 
 from .. import build, compare, hardware, inspect, timing
@@ -124,6 +125,28 @@ def timed_ratio(ctx: Context, kernel: Callable[[], Any], kernel_work: Work, base
         meas[f"{name}_{unit}"] = rates[name]
     k, b = rates["kernel"], rates[baseline_name]
     return perf_outcome(ctx, k / b, meas, f"{k:.2f} {unit} vs {baseline_name} {b:.2f} {unit} on {ctx.device.driver_name}")
+
+
+def plotted_png(plot: Callable[[str], Any], who: str, min_size: tuple[int, int] = (300, 200)) -> tuple[bool, str]:
+    """Call ``plot(path)`` with a fresh path and check that it wrote a readable, non-blank PNG of
+    at least ``min_size`` (width, height) pixels."""
+    import tempfile
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "figure.png")
+        plot(path)
+        if not os.path.exists(path):
+            return False, f"{who} wrote no file at the path it was given"
+        try:
+            import matplotlib.image as mpimg
+            img = mpimg.imread(path)
+        except Exception as e:  # noqa: BLE001 - any unreadable file is the verdict
+            return False, f"the file is not a readable PNG ({e})"
+    h, w = img.shape[:2]
+    if w < min_size[0] or h < min_size[1]:
+        return False, f"image is only {w}x{h} pixels"
+    if float(img.std()) < 1e-3:
+        return False, "image is blank"
+    return True, f"PNG {w}x{h} written"
 
 
 def finite(x: float) -> bool:

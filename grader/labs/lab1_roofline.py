@@ -9,8 +9,6 @@
 """
 from __future__ import annotations
 
-import os
-import tempfile
 
 from .. import compare, hardware, inputs
 from ..context import Context, Outcome
@@ -206,28 +204,9 @@ def grade_roofline(module, ctx: Context) -> Outcome:
                                 lambda a: f"{a[0]['name']} at {a[1]:.4g} FLOP/B")
     plot = common.student(module, p["plot"])
     points = [{"label": "scale-add", "ai": 1 / 3, "tflops": 1.4}, {"label": "gemm 4096", "ai": 1365.0, "tflops": 700.0}]
-    with tempfile.TemporaryDirectory() as d:
-        path = os.path.join(d, "roofline.png")
-        plot(gpu_dict("H200"), points, path)
-        img_ok, img_msg = _check_png(path)
+    img_ok, img_msg = common.plotted_png(lambda path: plot(gpu_dict("H200"), points, path), "plot_roofline")
     frac = 0.5 * values.fraction + (0.5 if img_ok else 0.0)
     return Outcome(frac, f"attainable_tflops: {values.message}; plot: {img_msg}", values.measurements)
-
-
-def _check_png(path: str) -> tuple[bool, str]:
-    if not os.path.exists(path):
-        return False, "plot_roofline wrote no file at the path it was given"
-    try:
-        import matplotlib.image as mpimg
-        img = mpimg.imread(path)
-    except Exception as e:  # noqa: BLE001
-        return False, f"the file is not a readable PNG ({e})"
-    h, w = img.shape[:2]
-    if h < 200 or w < 300:
-        return False, f"image is only {w}x{h} pixels"
-    if float(img.std()) < 1e-3:
-        return False, "image is blank"
-    return True, f"PNG {w}x{h} written"
 
 
 GRADERS = {

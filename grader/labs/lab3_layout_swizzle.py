@@ -22,8 +22,6 @@
 from __future__ import annotations
 
 import dataclasses
-import os
-import tempfile
 
 from .. import compare, inputs
 from ..context import Context, Outcome
@@ -464,28 +462,9 @@ def grade_atom(module, ctx: Context) -> Outcome:
 
     table = common.grade_cases(fn, cases, same, lambda a: f"swizzle_chunks({a[0]})")
     plot = common.student(module, "plot_swizzle")
-    with tempfile.TemporaryDirectory() as d:
-        path = os.path.join(d, "swizzle.png")
-        plot(128, path)
-        img_ok, img_msg = _check_png(path)
+    img_ok, img_msg = common.plotted_png(lambda path: plot(128, path), "plot_swizzle", (200, 200))
     frac = 0.5 * table.fraction + (0.5 if img_ok else 0.0)
     return Outcome(frac, f"swizzle_chunks: {table.message}; plot: {img_msg}", table.measurements)
-
-
-def _check_png(path: str) -> tuple[bool, str]:
-    if not os.path.exists(path):
-        return False, "plot_swizzle wrote no file at the path it was given"
-    try:
-        import matplotlib.image as mpimg
-        img = mpimg.imread(path)
-    except Exception as e:  # noqa: BLE001
-        return False, f"the file is not a readable PNG ({e})"
-    h, w = img.shape[:2]
-    if h < 200 or w < 200:
-        return False, f"image is only {w}x{h} pixels"
-    if float(img.std()) < 1e-3:
-        return False, "image is blank"
-    return True, f"PNG {w}x{h} written"
 
 
 # ---------------------------------------------------------------- part d
