@@ -148,22 +148,27 @@ def desc_cases(ctx: Context) -> list[tuple]:
     return cases
 
 
-def grade_desc(module, ctx: Context) -> Outcome:
-    ffields, foffset = (common.student(module, f) for f in ctx.part.params["functions"])
+def _grade_pair(module, ctx: Context, cases, refs: dict, labels: dict, post=None) -> Outcome:
+    """Grade the part's two student functions (``params["functions"]``, in the order of ``refs``)
+    on (kind, args) cases: ``refs[kind]`` gives the expected answer, ``labels[kind]`` names the
+    call in messages, ``post[kind]`` (optional) normalises the student's answer first."""
+    fns = dict(zip(refs, (common.student(module, f) for f in ctx.part.params["functions"])))
+    post = post or {}
 
     def call(kind, args):
-        return ffields(*args) if kind == "fields" else foffset(*args)
+        got = fns[kind](*args)
+        return post[kind](got) if kind in post else got
 
-    cases = [((kind, args), ref_desc_fields(*args) if kind == "fields" else ref_desc_offset(*args))
-             for kind, args in desc_cases(ctx)]
+    graded = [((kind, args), refs[kind](*args)) for kind, args in cases]
+    return common.grade_cases(call, graded, _same, lambda a: labels[a[0]](*a[1]))
 
-    def label(a):
-        kind, args = a
-        if kind == "fields":
-            return f"wgmma_desc_fields(swizzle_bytes={args[0]})"
-        return f"wgmma_desc_offset(row={args[0]}, k={args[1]}, dtype_bytes={args[2]}, swizzle_bytes={args[3]})"
 
-    return common.grade_cases(call, cases, _same, label)
+def grade_desc(module, ctx: Context) -> Outcome:
+    return _grade_pair(module, ctx, desc_cases(ctx),
+                       {"fields": ref_desc_fields, "offset": ref_desc_offset},
+                       {"fields": lambda sw: f"wgmma_desc_fields(swizzle_bytes={sw})",
+                        "offset": lambda row, k, b, sw: (f"wgmma_desc_offset(row={row}, k={k}, dtype_bytes={b}, "
+                                                          f"swizzle_bytes={sw})")})
 
 
 def frag_cases(ctx: Context) -> list[tuple]:
@@ -177,20 +182,10 @@ def frag_cases(ctx: Context) -> list[tuple]:
 
 
 def grade_frag(module, ctx: Context) -> Outcome:
-    fcoord, fowner = (common.student(module, f) for f in ctx.part.params["functions"])
-
-    def call(kind, args):
-        return fcoord(*args) if kind == "coord" else fowner(*args)
-
-    cases = [((kind, args), ref_acc_coord(*args) if kind == "coord" else ref_acc_owner(*args))
-             for kind, args in frag_cases(ctx)]
-
-    def label(a):
-        kind, args = a
-        return (f"wgmma_acc_coord(thread={args[0]}, reg={args[1]})" if kind == "coord"
-                else f"wgmma_acc_owner(row={args[0]}, col={args[1]})")
-
-    return common.grade_cases(call, cases, _same, label)
+    return _grade_pair(module, ctx, frag_cases(ctx),
+                       {"coord": ref_acc_coord, "owner": ref_acc_owner},
+                       {"coord": lambda t, i: f"wgmma_acc_coord(thread={t}, reg={i})",
+                        "owner": lambda row, col: f"wgmma_acc_owner(row={row}, col={col})"})
 
 
 # ---------------------------------------------------------------- exercise questions
@@ -266,20 +261,10 @@ def phase_cases(ctx: Context) -> list[tuple]:
 
 
 def grade_phase(module, ctx: Context) -> Outcome:
-    fpar, fearly = (common.student(module, f) for f in ctx.part.params["functions"])
-
-    def call(kind, args):
-        return fpar(*args) if kind == "parities" else fearly(*args)
-
-    cases = [((kind, args), ref_wait_parities(*args) if kind == "parities" else ref_early_waits(*args))
-             for kind, args in phase_cases(ctx)]
-
-    def label(a):
-        kind, args = a
-        return (f"wait_parities(iterations={args[0]}, completed_before={args[1]})" if kind == "parities"
-                else f"early_waits(parities={args[0]}, completed_before={args[1]})")
-
-    return common.grade_cases(call, cases, _same, label)
+    return _grade_pair(module, ctx, phase_cases(ctx),
+                       {"parities": ref_wait_parities, "early": ref_early_waits},
+                       {"parities": lambda n, c: f"wait_parities(iterations={n}, completed_before={c})",
+                        "early": lambda par, c: f"early_waits(parities={par}, completed_before={c})"})
 
 
 def grid_cases(ctx: Context) -> list[tuple]:
@@ -299,27 +284,21 @@ def grid_cases(ctx: Context) -> list[tuple]:
     return cases
 
 
+def _sorted_ctas(got):
+    """The order of the CTAs in a list does not matter."""
+    if isinstance(got, dict):
+        got = {k: sorted(_norm(v)) if isinstance(v, (list, tuple, set)) else v for k, v in got.items()}
+    return got
+
+
 def grade_grid(module, ctx: Context) -> Outcome:
-    finfo, fsame = (common.student(module, f) for f in ctx.part.params["functions"])
-
-    def call(kind, args):
-        if kind == "info":
-            return finfo(*args)
-        got = fsame(*args)
-        if isinstance(got, dict):          # the order of the CTAs in a list does not matter
-            got = {k: sorted(_norm(v)) if isinstance(v, (list, tuple, set)) else v for k, v in got.items()}
-        return got
-
-    cases = [((kind, args), ref_grid_info(*args) if kind == "info" else ref_same_tiles(*args))
-             for kind, args in grid_cases(ctx)]
-
-    def label(a):
-        kind, args = a
-        return (f"grid_info(M={args[0]}, N={args[1]}, K={args[2]}, blk_m={args[3]}, blk_n={args[4]}, blk_k={args[5]})"
-                if kind == "info" else
-                f"same_tiles(bx={args[0]}, by={args[1]}, M={args[2]}, N={args[3]}, blk_m={args[4]}, blk_n={args[5]})")
-
-    return common.grade_cases(call, cases, _same, label)
+    return _grade_pair(module, ctx, grid_cases(ctx),
+                       {"info": ref_grid_info, "same": ref_same_tiles},
+                       {"info": lambda M, N, K, bm, bn, bk: (f"grid_info(M={M}, N={N}, K={K}, blk_m={bm}, "
+                                                             f"blk_n={bn}, blk_k={bk})"),
+                        "same": lambda bx, by, M, N, bm, bn: (f"same_tiles(bx={bx}, by={by}, M={M}, N={N}, "
+                                                              f"blk_m={bm}, blk_n={bn})")},
+                       post={"same": _sorted_ctas})
 
 
 # ---------------------------------------------------------------- build parts
