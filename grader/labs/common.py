@@ -72,6 +72,13 @@ def build_part(module, ctx: Context) -> Outcome:
     return Outcome(sum(per_arch) / len(per_arch), " | ".join(lines), meas)
 
 
+def sync() -> None:
+    """Wait for the GPU's queued work. Kernel runners call this instead of
+    torch.cuda.synchronize() so that the harness can bound the wait (a deadlocked kernel)."""
+    import torch
+    torch.cuda.synchronize()
+
+
 def require_gpu(ctx: Context) -> hardware.GPUSpec:
     if not ctx.device.present:
         raise RuntimeError(f"this part needs a GPU: {ctx.device.reason}")
