@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -89,25 +90,89 @@ class Artifacts:
     ptxas_log: str = ""     # ptxas -v: registers, shared memory, spills, warnings
 
 
-def lower(prim_func, arch: str | None = None):
-    """tvm.compile with the TIRx pipeline; returns the executable (callable on torch tensors
-    where a GPU is present) and its CUDA source."""
+INCLUDE = re.compile(r"^\s*#\s*include\s*(.*)$", re.M)
+SAFE_INCLUDE = re.compile(r"^<(?!.*\.\.)[\w][\w/.+-]*>$")
+
+
+def check_source(src: str) -> None:
+    """CUDA source compiled in a grader process may include only toolkit headers by name."""
+    for m in INCLUDE.finditer(src):
+        target_ = m.group(1).strip()
+        if not SAFE_INCLUDE.match(target_):
+            raise BuildError(f"the kernel's CUDA source includes {target_!r}: only toolkit headers (<...>) are allowed")
+
+
+def lower(kernel, arch: str | None = None):
+    """(callable kernel, CUDA source) for the GPU present, or for ``arch``.
+
+    ``kernel`` is a PrimFunc (a notebook's own check cells: compiled here) or a KernelRef (the
+    grader: the sandboxed child compiles and exports it, this side vets the library and loads it;
+    without a GPU only the source is returned, with None for the callable)."""
+    from .remote import KernelRef
+    if isinstance(kernel, KernelRef):
+        return load_library(kernel, arch)
     import tvm
     configure_toolchain()
     tgt = target(arch)
     with tgt:
-        ex = tvm.compile(tvm.IRModule({"main": prim_func}), target=tgt, tir_pipeline="tirx")
+        ex = tvm.compile(tvm.IRModule({"main": kernel}), target=tgt, tir_pipeline="tirx")
     return ex, ex.mod.imports[0].inspect_source()
 
 
-def compile_only(prim_func, arch: str, want_sass: bool = False) -> Artifacts:
-    """CUDA source, PTX and cubin for ``arch`` without a GPU. Raises BuildError with the
-    compiler's message (e.g. a tcgen05 instruction built for sm_90a)."""
-    from tvm.support import nvcc
+def device_arch() -> str:
+    import torch
+    major, minor = torch.cuda.get_device_capability(0)
+    return f"sm_{major}{minor}" + ("a" if major >= 9 else "")
+
+
+def load_library(ref, arch: str | None = None):
+    from . import artifact
+    import torch
+    gpu = torch.cuda.is_available()
+    arch = arch or (device_arch() if gpu else "sm_90a")
+    path = ref.library(arch)
     try:
-        _, src = lower(prim_func, arch)
+        src = artifact.cuda_source(path)
+    except artifact.Rejected as e:
+        raise BuildError(str(e)) from None
+    if not gpu or arch != device_arch():
+        return None, src
+    import tvm
+    import tvm_ffi
+    try:
+        artifact.vet(path, set(tvm_ffi.registry.list_global_func_names()))
+    except artifact.Rejected as e:
+        raise BuildError(f"kernel library rejected: {e}") from None
+    check_source(src)
+    lib = tvm.runtime.load_module(path)
+    return lib["main"], src
+
+
+def compile_only(kernel, arch: str, want_sass: bool = False) -> Artifacts:
+    """CUDA source, PTX and cubin for ``arch`` without a GPU. Raises BuildError with the
+    compiler's message (e.g. a tcgen05 instruction built for sm_90a). For a KernelRef the source
+    is read out of the library the child exported, and compiled here."""
+    from .remote import BuildFailed, KernelRef
+    if isinstance(kernel, KernelRef):
+        from . import artifact
+        try:
+            src = artifact.cuda_source(kernel.library(arch))
+        except BuildFailed as e:
+            raise BuildError(str(e)) from None
+        except artifact.Rejected as e:
+            raise BuildError(str(e)) from None
+        check_source(src)
+        return compile_source(src, arch, want_sass)
+    try:
+        _, src = lower(kernel, arch)
     except Exception as e:  # noqa: BLE001 - a TIRx parse/lowering error is the student's verdict
         raise BuildError(f"TIRx lowering for {arch} failed: {type(e).__name__}: {e}") from e
+    return compile_source(src, arch, want_sass)
+
+
+def compile_source(src: str, arch: str, want_sass: bool = False) -> Artifacts:
+    from tvm.support import nvcc
+    configure_toolchain()
     tgt = target(arch)
     try:
         with tgt:

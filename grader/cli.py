@@ -9,7 +9,7 @@ import os
 import subprocess
 import sys
 
-from . import hardware, inputs, report, run, spec
+from . import hardware, inputs, report, run, sandbox, spec
 
 
 def cmd_check(args) -> int:
@@ -28,15 +28,26 @@ def cmd_check(args) -> int:
         print(f"GPU: {device.driver_name}; graded with {device.row_note}; track {device.track}")
     else:
         print(f"No GPU ({device.reason}): CPU parts are graded, GPU parts are skipped.")
-    print(f"Submission: {args.submission or 'reference solutions (solutions/)'}; seed "
-          f"{'secret' if seed != inputs.PUBLIC_SEED else 'public'}")
-    results = []
+    print(f"Submission: {args.submission or 'reference solutions (solutions/)'}; inputs {inputs.seed_label(seed)}")
+    outputs = [os.path.dirname(os.path.abspath(p)) for p in (args.json, args.gradescope) if p]
+    results, notes = [], []
     for lab in labs:
-        results += run.check_lab(lab, args.submission, seed, device, parts=args.part,
-                                 public_only=args.public)
+        try:
+            results += run.check_lab(lab, args.submission, seed, device, parts=args.part,
+                                     public_only=args.public, notes=notes, hide=outputs)
+        except KeyError as e:
+            print(f"error: {e.args[0]}", file=sys.stderr)
+            return 2
+        except Exception as e:  # noqa: BLE001 - a report is always written
+            lab_spec = spec.load(lab)
+            results += [report.PartResult(lab, p.id, p.title, 0.0, p.points, report.ERROR,
+                                          f"the grader failed on this lab: {type(e).__name__}: {e}", p.needs_gpu)
+                        for p in lab_spec.parts if not args.part or p.id in args.part]
     print(report.format_table(results))
-    rep = report.Report(results, run.device_facts(device), seed,
-                        os.path.abspath(args.submission) if args.submission else "solutions")
+    for n in notes:
+        print(f"  note: {n[:500]}")
+    rep = report.Report(results, run.device_facts(device), inputs.seed_label(seed),
+                        os.path.abspath(args.submission) if args.submission else "solutions", notes=notes)
     if args.json:
         rep.write_json(args.json)
         print(f"wrote {args.json}")
@@ -65,11 +76,26 @@ def cmd_compile(args) -> int:
     the CUDA source, PTX, cubin and SASS for reading."""
     import tempfile
 
+    import importlib.util
+    import shutil
+
     from . import build, inspect, submission
     from .labs import common
     lab_spec = spec.load(args.lab)
     nb = submission.find_notebook(args.submission or os.path.join(run.SOLUTIONS_DIR, args.lab), lab_spec.notebook)
-    module = submission.import_module(submission.write_module(nb, tempfile.mkdtemp(prefix="grader-compile-")))
+    tmp = tempfile.mkdtemp(prefix="grader-compile-")
+    try:
+        # Your own notebook, in this process, for reading its generated code: nothing is graded here.
+        mod_spec = importlib.util.spec_from_file_location("submission", submission.write_module(nb, tmp).path)
+        module = importlib.util.module_from_spec(mod_spec)
+        sys.modules["submission"] = module
+        mod_spec.loader.exec_module(module)
+        return _compile_all(args, lab_spec, module, build, inspect, common)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _compile_all(args, lab_spec, module, build, inspect, common) -> int:
     os.makedirs(args.out, exist_ok=True)
     status = 0
     jobs = [(part, name, arch) for part in lab_spec.parts if part.kind == "build"
@@ -88,7 +114,7 @@ def cmd_compile(args) -> int:
                 f.write(data)
         with open(f"{stem}.cubin", "wb") as f:
             f.write(art.cubin)
-        checks = inspect.check_all(part.mechanisms, {"ptx": art.ptx, "cuda": art.cuda_source, "sass": art.sass})
+        checks = inspect.check_all(part.mechanisms, {"sass": art.sass})
         print(f"{name} for {arch}: {stem}.{{cu,ptx,cubin,sass}}" + "".join(f"\n    {c.message}" for c in checks))
     return status
 
@@ -115,5 +141,9 @@ def main(argv: list[str] | None = None) -> int:
     k.add_argument("--submission", help="a notebook (default: the reference solution)")
     k.add_argument("--out", default="build/kernels", help="output folder (default: build/kernels)")
     k.set_defaults(func=cmd_compile)
+    argv = sys.argv[1:] if argv is None else argv
     args = ap.parse_args(argv)
+    if args.command == "check":
+        inputs.restart_without_secret(argv)
+        sandbox.protect_grader()
     return args.func(args)

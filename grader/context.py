@@ -23,6 +23,7 @@ class Context:
     seed: int
     device: hardware.Device
     public_only: bool = False
+    end_student_code: Any = None     # called before timing: stops the submission's processes
 
     def to_result(self, outcome: Outcome) -> report.PartResult:
         frac = min(1.0, max(0.0, outcome.fraction))

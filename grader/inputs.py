@@ -17,15 +17,22 @@ import torch
 
 PUBLIC_SEED = 20260101
 _SECRET_ENV = "GRADER_SECRET_SEED"
+_SEED_FD_ENV = "GRADER_SEED_FD"
 _secret: int | None = None
 _secret_read = False
 
 
 def secret_seed() -> int | None:
-    """The instructor's secret seed, read once, then removed from the environment."""
+    """The instructor's secret seed, read once, then removed from the environment. The command
+    line passes it on through a pipe (GRADER_SEED_FD) after restarting itself without it, so
+    that it is not even in the process's initial environment block (/proc/PID/environ)."""
     global _secret, _secret_read
     if not _secret_read:
         raw = os.environ.pop(_SECRET_ENV, None)
+        fd = os.environ.pop(_SEED_FD_ENV, None)
+        if fd is not None:
+            with os.fdopen(int(fd), "rb") as f:
+                raw = f.read().decode() or None
         _secret = int(raw) if raw not in (None, "") else None
         _secret_read = True
     return _secret
@@ -70,3 +77,27 @@ def randn(lab: str, part: str, shape: Sequence[int], seed: int, dtype: torch.dty
 def poisoned_like(t: torch.Tensor) -> torch.Tensor:
     """An output buffer filled with NaN, so that every element left unwritten shows up."""
     return torch.full_like(t, float("nan"))
+
+
+def seed_label(seed: int) -> str:
+    """How reports name a seed: "public", or "secret" with a short fingerprint (never the value)."""
+    if seed == PUBLIC_SEED:
+        return "public"
+    return "secret (fingerprint " + hashlib.sha256(f"grader-seed|{seed}".encode()).hexdigest()[:8] + ")"
+
+
+def restart_without_secret(argv: list[str]) -> None:
+    """If the secret seed is in the environment, restart this command without it, handing the
+    seed over through a pipe. Returns only when there is nothing to hide."""
+    raw = os.environ.get(_SECRET_ENV)
+    if raw in (None, ""):
+        return
+    int(raw)  # a malformed seed is an error here, before anything runs
+    r, w = os.pipe()
+    os.write(w, raw.encode())
+    os.close(w)
+    os.set_inheritable(r, True)
+    env = {k: v for k, v in os.environ.items() if k != _SECRET_ENV}
+    env[_SEED_FD_ENV] = str(r)
+    import sys
+    os.execve(sys.executable, [sys.executable, "-m", "grader", *argv], env)

@@ -13,7 +13,7 @@ import platform
 import time
 from typing import Any, Iterable
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 # Verdicts a part can end with.
 PASSED = "passed"        # full points
@@ -66,11 +66,12 @@ def environment_facts() -> dict[str, Any]:
 class Report:
     results: list[PartResult]
     gpu: dict[str, Any]
-    seed: int
+    seed: str             # "public" or "secret (fingerprint ...)": never the secret itself
     submission: str
     versions: dict[str, Any] = dataclasses.field(default_factory=environment_facts)
     created: str = dataclasses.field(default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%S%z"))
     schema: int = SCHEMA_VERSION
+    notes: list = dataclasses.field(default_factory=list)   # advice and per-cell problems, never scored
 
     @property
     def points(self) -> float:
@@ -83,7 +84,7 @@ class Report:
     def to_dict(self) -> dict[str, Any]:
         return {
             "schema": self.schema, "created": self.created, "submission": self.submission,
-            "seed": self.seed, "gpu": self.gpu, "versions": self.versions,
+            "seed": self.seed, "gpu": self.gpu, "versions": self.versions, "notes": self.notes,
             "points": self.points, "max_points": self.max_points,
             "results": [r.to_dict() for r in self.results],
         }
@@ -106,7 +107,7 @@ def validate(data: dict[str, Any]) -> None:
     for key in ("schema", "gpu", "seed", "versions", "results", "points", "max_points"):
         if key not in data:
             raise ValueError(f"report lacks {key!r}")
-    if data["schema"] != SCHEMA_VERSION:
+    if data["schema"] not in (1, SCHEMA_VERSION):
         raise ValueError(f"report schema {data['schema']} is not {SCHEMA_VERSION}")
     for r in data["results"]:
         PartResult(**r)  # re-validates verdicts and points
@@ -152,7 +153,7 @@ def to_gradescope(report: Report) -> dict[str, Any]:
     gpu = report.gpu.get("name") or "no GPU"
     return {
         "score": round(report.points, 4),
-        "output": f"graded on {gpu}; seed {report.seed}; row {report.gpu.get('row', '-')}",
+        "output": f"graded on {gpu}; inputs {report.seed}; row {report.gpu.get('row', '-')}",
         "tests": tests,
         "visibility": "visible",
     }

@@ -1,95 +1,184 @@
-"""A submission is a lab notebook. The grader turns the notebook's code into a module
-file (kernels must live in files: TIRx reads their source), checks it against a few
-static rules, and imports it inside the worker process.
+"""A submission is a lab notebook. The grader reads it as untrusted data (any bytes, any JSON
+shape), turns its code cells into a module file (kernels must live in files: TIRx reads their
+source), and maps every line of that file back to a notebook cell, so that messages name the
+cell a student sees, never the generated file.
 
-Which cells make the module: every code cell that nbgrader marks as a solution cell
-(where the student writes code) and every cell tagged ``module`` (imports and given
-helpers). Test cells, plotting and experiments stay out.
+Which cells make the module: every code cell that nbgrader marks as a solution cell (where the
+student writes code) and every cell tagged ``module`` (imports and given helpers). Test cells,
+plotting and experiments stay out.
+
+Static rules are advice: they are reported beside the scores and never change one. The
+defence against forged grades is the process boundary (grader/sandbox.py), not these rules.
 """
 from __future__ import annotations
 
-import importlib.util
+import dataclasses
+import io
 import json
 import os
 import re
-import sys
-import types
+import tokenize
 
 MODULE_TAG = "module"
+MODULE_NAME = "submission"
+MAX_NOTEBOOK_BYTES = 32 << 20
 
-# Things a submission has no business doing. Each rule: (regex, why).
-FORBIDDEN = [
-    (r"\bimport\s+grader\b|\bfrom\s+grader\b|\b__import__\s*\(\s*['\"]grader", "imports the grader"),
-    (r"torch\.cuda\.Event|elapsed_time|cudaEvent", "touches the timer"),
-    (r"CUDAGraph|cuda\.graph\b|torch\.compile", "uses CUDA graphs or torch.compile"),
-    (r"torch\.(matmul|mm|bmm|addmm|einsum)\b|F\.scaled_dot_product_attention|\bscaled_mm\b",
-     "falls back to a torch kernel for the work it must do itself"),
-    (r"\bdata_ptr\s*\(|/dev/shm", "caches results across calls"),
-    (r"\bsys\.modules\b|\bbuiltins\b|monkeypatch|setattr\s*\(\s*torch", "patches other modules"),
-    (r"\bos\.environ\b", "reads the grader's environment"),
+# Patterns worth a word of advice (searched in code, comments and strings excluded).
+ADVICE = [
+    (r"\bgrader\b", "refers to the grader: your cells are graded in a separate process that cannot reach it"),
+    (r"torch\.cuda\.Event|elapsed_time|cudaEvent", "touches CUDA timers: the grader times your kernel itself"),
+    (r"CUDAGraph|cuda\.graph\b|torch\.compile", "uses CUDA graphs or torch.compile: the grader runs your compiled kernel only"),
+    (r"torch\.(matmul|mm|bmm|addmm|einsum)\b|scaled_dot_product_attention|\bscaled_mm\b",
+     "calls torch for the work: the grader runs only the kernel your builder returns"),
+    (r"\bdata_ptr\s*\(|/dev/shm", "caches by pointer or in shared memory: inputs are fresh for every case"),
+    (r"\bos\.environ\b", "reads the environment: it is empty where your code is graded"),
 ]
 
 
 class SubmissionError(Exception):
-    """The submission cannot be graded at all (no notebook, unreadable, forbidden code)."""
+    """The notebook cannot be read at all (missing, not JSON, not a notebook)."""
 
 
-def _is_module_cell(cell: dict) -> bool:
-    if cell.get("cell_type") != "code":
-        return False
-    meta = cell.get("metadata", {})
-    nb = meta.get("nbgrader", {})
-    return MODULE_TAG in meta.get("tags", []) or (nb.get("solution", False) and not nb.get("grade", False))
+@dataclasses.dataclass(frozen=True)
+class Cell:
+    index: int          # position among all cells, 0-based
+    grade_id: str       # nbgrader's id of the cell, or ""
+    source: str
+
+    @property
+    def label(self) -> str:
+        return f"cell {self.index + 1}" + (f" ({self.grade_id})" if self.grade_id else "")
 
 
-def _source(cell: dict) -> str:
-    src = cell.get("source", "")
-    return "".join(src) if isinstance(src, list) else src
+@dataclasses.dataclass
+class Module:
+    """The module file made from a notebook, with its line map."""
+    path: str
+    cells: list[Cell]
+    starts: list[int]                  # first line of each cell's code in the module file
+    problems: list[str]                # cells that could not be used, said per cell
+
+    def locate(self, line: int) -> str:
+        """Module line -> "cell N (grade id), line M"."""
+        for cell, start in reversed(list(zip(self.cells, self.starts))):
+            if line >= start:
+                return f"{cell.label}, line {line - start + 1}"
+        return f"line {line} of the module cells"
+
+    def relocate(self, text: str) -> str:
+        """Rewrite references to the module file in ``text`` (tracebacks, compiler messages)."""
+        name = re.escape(os.path.basename(self.path))
+        text = re.sub(rf'File "[^"]*{name}", line (\d+)', lambda m: f"In {self.locate(int(m.group(1)))}", text)
+        text = re.sub(rf"[^\s\"']*{name}:(\d+)", lambda m: self.locate(int(m.group(1))), text)
+        return text.replace(self.path, "your notebook")
 
 
-def module_source(notebook_path: str) -> str:
-    """The module text made from a notebook's module cells (IPython magics dropped)."""
+def _text(x) -> str | None:
+    if isinstance(x, str):
+        return x
+    if isinstance(x, list) and all(isinstance(s, str) for s in x):
+        return "".join(x)
+    return None
+
+
+def read_cells(path: str) -> tuple[list[Cell], list[str]]:
+    """The code cells of the module, and a message for each cell that had to be left out.
+    Raises SubmissionError when the file is not a notebook at all."""
+    if not os.path.isfile(path):
+        raise SubmissionError(f"no such notebook: {path}")
+    if os.path.getsize(path) > MAX_NOTEBOOK_BYTES:
+        raise SubmissionError(f"{os.path.basename(path)} is larger than {MAX_NOTEBOOK_BYTES >> 20} MB: "
+                              "clear the outputs and save again")
+    with open(path, "rb") as f:
+        raw = f.read()
     try:
-        with open(notebook_path) as f:
-            nb = json.load(f)
-    except (OSError, json.JSONDecodeError) as e:
-        raise SubmissionError(f"cannot read notebook {notebook_path}: {e}") from e
-    chunks = []
-    for i, cell in enumerate(nb.get("cells", [])):
-        if _is_module_cell(cell):
-            lines = [ln for ln in _source(cell).splitlines() if not ln.lstrip().startswith(("%", "!"))]
-            chunks.append(f"# ---- notebook cell {i}\n" + "\n".join(lines))
-    if not chunks:
-        raise SubmissionError(f"{notebook_path} has no solution cells: is it a lab notebook?")
-    return "\n\n".join(chunks) + "\n"
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise SubmissionError(f"{os.path.basename(path)} is not UTF-8 text (byte {e.start}): "
+                              "is it really a saved .ipynb notebook?") from None
+    try:
+        nb = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise SubmissionError(f"{os.path.basename(path)} is not valid JSON (line {e.lineno}, column {e.colno}): "
+                              "open it in Jupyter and save it again") from None
+    if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list):
+        raise SubmissionError(f"{os.path.basename(path)} is JSON but not a notebook (no list of cells)")
+    cells, problems = [], []
+    for i, cell in enumerate(nb["cells"]):
+        if not isinstance(cell, dict) or cell.get("cell_type") != "code":
+            continue
+        meta = cell.get("metadata") if isinstance(cell.get("metadata"), dict) else {}
+        nbg = meta.get("nbgrader") if isinstance(meta.get("nbgrader"), dict) else {}
+        tags = meta.get("tags") if isinstance(meta.get("tags"), list) else []
+        if not (MODULE_TAG in tags or (nbg.get("solution") is True and not nbg.get("grade"))):
+            continue
+        grade_id = nbg.get("grade_id") if isinstance(nbg.get("grade_id"), str) else ""
+        src = _text(cell.get("source", ""))
+        if src is None:
+            problems.append(f"cell {i + 1}{f' ({grade_id})' if grade_id else ''}: its source is not text; left out")
+            continue
+        cells.append(Cell(i, grade_id, src))
+    if not cells:
+        raise SubmissionError(f"{os.path.basename(path)} has no solution cells: is it this lab's notebook?")
+    return cells, problems
 
 
-def static_violations(source: str) -> list[str]:
-    """Rules the source breaks, one message each (comments are not exempt: keep it simple)."""
-    found = []
-    for pattern, why in FORBIDDEN:
-        m = re.search(pattern, source)
-        if m:
-            line = source.count("\n", 0, m.start()) + 1
-            found.append(f"line {line}: {m.group(0)!r} {why}")
-    return found
+def _strip_magics(src: str) -> str:
+    # IPython magics and shell escapes are not Python: keep the line count, drop the text.
+    return "\n".join("" if ln.lstrip().startswith(("%", "!")) else ln for ln in src.splitlines())
 
 
-def write_module(notebook_path: str, out_dir: str, name: str = "submission") -> str:
+def write_module(notebook_path: str, out_dir: str) -> Module:
+    """Write ``<out_dir>/submission.py``: the module cells one after another, each preceded by a
+    marker line. A cell with a syntax error is replaced by a comment (its names stay undefined,
+    so only the parts that need them fail) and reported in ``problems``."""
+    cells, problems = read_cells(notebook_path)
     os.makedirs(out_dir, exist_ok=True)
-    path = os.path.join(out_dir, f"{name}.py")
-    with open(path, "w") as f:
-        f.write(module_source(notebook_path))
-    return path
+    path = os.path.join(out_dir, f"{MODULE_NAME}.py")
+    lines: list[str] = []
+    starts = []
+    for cell in cells:
+        src = _strip_magics(cell.source)
+        try:
+            compile(src, cell.label, "exec")
+        except SyntaxError as e:
+            problems.append(f"{cell.label}: syntax error at line {e.lineno}: {e.msg}; this cell was left out, "
+                            "so the parts that need its definitions fail")
+            src = ""
+        except ValueError as e:          # null bytes and the like
+            problems.append(f"{cell.label}: cannot be compiled ({e}); left out")
+            src = ""
+        lines.append(f"# ---- {cell.label}")
+        starts.append(len(lines) + 1)
+        lines.extend(src.splitlines())
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("\n".join(lines) + "\n")
+    return Module(path, cells, starts, problems)
 
 
-def import_module(path: str, name: str = "submission") -> types.ModuleType:
-    """Import a module file under a fresh name (the file stays on disk: TIRx reads it)."""
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+def _code_only(src: str) -> str:
+    """The source with comments and string literals blanked (advice looks at code only)."""
+    out = []
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(src).readline):
+            if tok.type in (tokenize.COMMENT, tokenize.STRING):
+                continue
+            out.append(tok.string)
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        return src
+    return " ".join(out)
+
+
+def advice(module: Module) -> list[str]:
+    """Advice for the student, one line each, naming the cell. Never changes a score."""
+    notes = []
+    for cell in module.cells:
+        code = _code_only(cell.source)
+        for pattern, why in ADVICE:
+            m = re.search(pattern, code)
+            if m:
+                notes.append(f"{cell.label}: {m.group(0)!r} {why}")
+    return notes
 
 
 def find_notebook(path: str, notebook_name: str) -> str:

@@ -95,6 +95,34 @@ def measure_interleaved(fns: dict[str, Callable[[], Any]], clock: Clock,
     return stats
 
 
+HANG_S = 45.0     # a kernel that has not finished this long after the wait began is deadlocked
+
+
+class KernelHang(Exception):
+    """A kernel did not finish within HANG_S seconds: most likely a barrier wait that never completes."""
+
+
+def wait_event(event, limit_s: float | None = None) -> None:
+    """Wait for a recorded CUDA event by polling it, at most ``limit_s`` (default HANG_S) seconds."""
+    limit = HANG_S if limit_s is None else limit_s
+    start = time.monotonic()
+    spins = 0
+    while not event.query():
+        spins += 1
+        if spins > 1000:
+            time.sleep(0.0002)
+        if time.monotonic() - start > limit:
+            raise KernelHang(f"the GPU work did not finish within {limit:g} s")
+
+
+def sync(limit_s: float | None = None) -> None:
+    """torch.cuda.synchronize(), bounded: a deadlocked kernel raises KernelHang."""
+    import torch
+    ev = torch.cuda.Event()
+    ev.record()
+    wait_event(ev, limit_s)
+
+
 class CudaEventClock:
     """Times one call with a pair of CUDA events on the current stream."""
 
@@ -108,7 +136,7 @@ class CudaEventClock:
         start.record()
         fn()
         end.record()
-        end.synchronize()
+        wait_event(end)
         return start.elapsed_time(end) / 1e3
 
 

@@ -57,14 +57,14 @@ def build_part(module, ctx: Context) -> Outcome:
     per_arch, lines, meas = [], [], {}
     for arch in p["archs"]:
         try:
-            art = build.compile_only(builder(**args), arch)
+            art = build.compile_only(builder(**args), arch, want_sass=True)
         except NotImplementedError:
             raise
         except build.BuildError as e:
             per_arch.append(0.0)
             lines.append(f"{arch}: does not build: {e}")
             continue
-        checks = inspect.check_all(ctx.part.mechanisms, {"ptx": art.ptx, "cuda": art.cuda_source})
+        checks = inspect.check_all(ctx.part.mechanisms, {"sass": art.sass})
         good = all(c.ok for c in checks)
         per_arch.append(1.0 if good else 0.0)
         meas[arch] = {c.name: c.count for c in checks}
@@ -73,10 +73,18 @@ def build_part(module, ctx: Context) -> Outcome:
 
 
 def sync() -> None:
-    """Wait for the GPU's queued work. Kernel runners call this instead of
-    torch.cuda.synchronize() so that the harness can bound the wait (a deadlocked kernel)."""
-    import torch
-    torch.cuda.synchronize()
+    """Wait for the GPU's queued work, at most timing.HANG_S seconds (then timing.KernelHang).
+    Kernel runners call this instead of torch.cuda.synchronize(): a deadlocked kernel is caught
+    within a minute of its launch, not at the end of the part's time limit."""
+    timing.sync()
+
+
+def end_student_code(ctx: Context) -> None:
+    """Before timing: stop the submission's process and everything it started, so that nothing of
+    the student's runs while the grader measures."""
+    hook = getattr(ctx, "end_student_code", None)
+    if hook is not None:
+        hook()
 
 
 def require_gpu(ctx: Context) -> hardware.GPUSpec:
@@ -112,6 +120,7 @@ def timed_ratio(ctx: Context, kernel: Callable[[], Any], kernel_work: Work, base
     threshold row. ``metric`` is "bandwidth" (bytes/s) or "flops" (FLOP/s). ``extras`` are timed
     in the same rotation and recorded (rates in the measurements), not graded."""
     gpu = require_gpu(ctx)
+    end_student_code(ctx)
     runs = {"kernel": (kernel, kernel_work), baseline_name: (baseline, baseline_work), **(extras or {})}
     clocks_before = timing.read_clocks()
     stats = timing.measure_interleaved({name: fn for name, (fn, _) in runs.items()},
@@ -134,26 +143,37 @@ def timed_ratio(ctx: Context, kernel: Callable[[], Any], kernel_work: Work, base
     return perf_outcome(ctx, k / b, meas, f"{k:.2f} {unit} vs {baseline_name} {b:.2f} {unit} on {ctx.device.driver_name}")
 
 
-def plotted_png(plot: Callable[[str], Any], who: str, min_size: tuple[int, int] = (300, 200)) -> tuple[bool, str]:
-    """Call ``plot(path)`` with a fresh path and check that it wrote a readable, non-blank PNG of
-    at least ``min_size`` (width, height) pixels."""
+def figure(module, name: str, *args) -> list[dict]:
+    """What the plotting function ``name`` drew when called with ``args`` and a fresh path: one
+    dict per axes (xscale, yscale, lines [[x, y], ...], points, images, texts, labels). The
+    grader reads it from the sandboxed child; a notebook's own check cell draws it here."""
+    fn = student(module, name)
+    if hasattr(fn, "figure"):
+        return fn.figure(*args)
     import tempfile
-    with tempfile.TemporaryDirectory() as d:
-        path = os.path.join(d, "figure.png")
-        plot(path)
-        if not os.path.exists(path):
-            return False, f"{who} wrote no file at the path it was given"
-        try:
-            import matplotlib.image as mpimg
-            img = mpimg.imread(path)
-        except Exception as e:  # noqa: BLE001 - any unreadable file is the verdict
-            return False, f"the file is not a readable PNG ({e})"
-    h, w = img.shape[:2]
-    if w < min_size[0] or h < min_size[1]:
-        return False, f"image is only {w}x{h} pixels"
-    if float(img.std()) < 1e-3:
-        return False, "image is blank"
-    return True, f"PNG {w}x{h} written"
+
+    import matplotlib
+    import matplotlib.figure
+    import matplotlib.pyplot as plt
+
+    from ..child import describe_figures
+    saved, original = [], matplotlib.figure.Figure.savefig
+
+    def savefig(fig, *a, **k):
+        saved.append(fig)
+        return original(fig, *a, **k)
+
+    matplotlib.figure.Figure.savefig = savefig
+    try:
+        with tempfile.TemporaryDirectory() as d:
+            fn(*args, os.path.join(d, "figure.png"))
+    finally:
+        matplotlib.figure.Figure.savefig = original
+    return describe_figures(saved or [plt.figure(n) for n in plt.get_fignums()])
+
+
+def near(a: float, b: float, rel: float) -> bool:
+    return abs(a - b) <= rel * max(abs(a), abs(b), 1e-30)
 
 
 def finite(x: float) -> bool:

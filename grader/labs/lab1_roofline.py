@@ -4,7 +4,8 @@
   for the operation dictionaries described in the notebook (kinds elementwise, reduction,
   gemm, attention) and a gpu dictionary {"name", "peak_tflops", "bandwidth_tbps"}.
 - ``build_scale_add(n) -> PrimFunc`` computing out = alpha * x + y over fp16 vectors of
-  length n (a multiple of 65536), called as kernel(x, y, out, alpha).
+  length n (a multiple of 65536), called as kernel(x, y, out, alpha): the problem
+  ``scale_add`` of grader/problems.py, whose kernel parts the default runners grade.
 - ``attainable_tflops(gpu, ai) -> float`` and ``plot_roofline(gpu, points, path)``.
 """
 from __future__ import annotations
@@ -135,61 +136,6 @@ def grade_build(module, ctx: Context) -> Outcome:
     return common.build_part(module, ctx)
 
 
-def _run_scale_add(ex, n: int, alpha: float, ctx: Context, index: int):
-    import torch
-    x = inputs.randn(LAB, ctx.part.id, (n,), ctx.seed, torch.float16, "cuda", index=2 * index)
-    y = inputs.randn(LAB, ctx.part.id, (n,), ctx.seed, torch.float16, "cuda", index=2 * index + 1)
-    out = inputs.poisoned_like(x)
-    ex(x.clone(), y.clone(), out, alpha)
-    torch.cuda.synchronize()
-    ref = alpha * x.double() + y.double()
-    return compare.compare(out, ref, compare.tolerance(torch.float16), name=f"out (n={n}, alpha={alpha})")
-
-
-def _alpha(ctx: Context, index: int) -> float:
-    r = inputs.rng(LAB, f"{ctx.part.id}-alpha{index}", ctx.seed)
-    return round(r.uniform(-3, 3), 3)
-
-
-def grade_correct(module, ctx: Context) -> Outcome:
-    from .. import build
-    common.require_gpu(ctx)
-    p = ctx.part.params
-    builder = common.student(module, p["builder"])
-    sizes = list(p["public_sizes"])
-    if not ctx.public_only:
-        r = inputs.rng(LAB, ctx.part.id, ctx.seed)
-        sizes += [p["granule"] * r.randint(1, p["hidden_max"] // p["granule"]) for _ in range(p["hidden_sizes"])]
-    fails, meas = [], {"sizes": sizes}
-    for i, n in enumerate(sizes):
-        alpha = _alpha(ctx, i)
-        ex, _ = build.lower(builder(n))
-        res = _run_scale_add(ex, n, alpha, ctx, i)
-        if not res.ok:
-            fails.append(res.message)
-    ok = len(sizes) - len(fails)
-    msg = f"{ok}/{len(sizes)} sizes correct" + (f"; {fails[0]}" if fails else "")
-    return Outcome(ok / len(sizes), msg, meas)
-
-
-def grade_speed(module, ctx: Context) -> Outcome:
-    import torch
-    from .. import build
-    common.require_gpu(ctx)
-    p = ctx.part.params
-    n, alpha = p["n"], p["alpha"]
-    ex, _ = build.lower(common.student(module, p["builder"])(n))
-    check = _run_scale_add(ex, n, alpha, ctx, 0)
-    if not check.ok:
-        return Outcome(0.0, f"not timed: wrong result at the timing size; {check.message}")
-    x = torch.randn(n, device="cuda").half()
-    y = torch.randn(n, device="cuda").half()
-    out, copy_dst = torch.empty_like(x), torch.empty_like(x)
-    return common.timed_ratio(ctx, lambda: ex(x, y, out, alpha), common.Work(bytes=3 * n * 2),
-                              "copy", lambda: copy_dst.copy_(x), common.Work(bytes=2 * n * 2),
-                              "bandwidth", {"n": n})
-
-
 # ---------------------------------------------------------------- part c
 
 def grade_roofline(module, ctx: Context) -> Outcome:
@@ -202,11 +148,37 @@ def grade_roofline(module, ctx: Context) -> Outcome:
     cases = [((gpu_dict(g), ai), ref_attainable(gpu_dict(g), ai)) for ai in ais for g in ("B200", "H200", "H100")]
     values = common.grade_cases(fn, cases, common.scalar_match(p["rel_tol"]),
                                 lambda a: f"{a[0]['name']} at {a[1]:.4g} FLOP/B")
-    plot = common.student(module, p["plot"])
+    gpu = gpu_dict("H200")
     points = [{"label": "scale-add", "ai": 1 / 3, "tflops": 1.4}, {"label": "gemm 4096", "ai": 1365.0, "tflops": 700.0}]
-    img_ok, img_msg = common.plotted_png(lambda path: plot(gpu_dict("H200"), points, path), "plot_roofline")
-    frac = 0.5 * values.fraction + (0.5 if img_ok else 0.0)
-    return Outcome(frac, f"attainable_tflops: {values.message}; plot: {img_msg}", values.measurements)
+    plot_ok, plot_msg = check_roofline_figure(common.figure(module, p["plot"], gpu, points), gpu, points)
+    frac = 0.5 * values.fraction + (0.5 if plot_ok else 0.0)
+    return Outcome(frac, f"attainable_tflops: {values.message}; plot: {plot_msg}", values.measurements)
+
+
+def check_roofline_figure(axes: list[dict], gpu: dict, points: list[dict]) -> tuple[bool, str]:
+    """What the lab asks of the plot: log-log axes; a roofline through the ridge (a line that
+    follows min(peak, bandwidth x AI) on both sides of the ridge point); every measured point
+    drawn at its (AI, TFLOP/s)."""
+    if not axes:
+        return False, "no figure was saved to the path given"
+    ridge = gpu["peak_tflops"] / gpu["bandwidth_tbps"]
+    problems = []
+    for ax in axes:
+        problems = []
+        if ax.get("xscale") != "log" or ax.get("yscale") != "log":
+            problems.append(f"axes are {ax.get('xscale')}-{ax.get('yscale')}, not log-log")
+        on_roof = [(x, y) for line in ax.get("lines", []) for x, y in line
+                   if x > 0 and common.near(y, ref_attainable(gpu, x), 0.02)]
+        if not (any(x < ridge / 2 for x, _ in on_roof) and any(x > ridge * 2 for x, _ in on_roof)):
+            problems.append(f"no line follows the roofline on both sides of the ridge (AI {ridge:.0f} FLOP/B)")
+        drawn = [xy for line in ax.get("lines", []) for xy in line] + ax.get("points", [])
+        missing = [pt["label"] for pt in points
+                   if not any(common.near(x, pt["ai"], 0.01) and common.near(y, pt["tflops"], 0.01) for x, y in drawn)]
+        if missing:
+            problems.append(f"measured point(s) not drawn: {', '.join(missing)}")
+        if not problems:
+            return True, "log-log roofline through the ridge, measured points drawn"
+    return False, "; ".join(problems)
 
 
 GRADERS = {
@@ -214,7 +186,6 @@ GRADERS = {
     "a_bytes": grade_bytes,
     "a_predict": grade_predict,
     "b_build": grade_build,
-    "b_correct": grade_correct,
-    "b_speed": grade_speed,
+    # b_correct and b_speed: problem "scale_add" (grader/problems.py), graded by grader/runners.py
     "c_roofline": grade_roofline,
 }

@@ -11,7 +11,8 @@
 - ``ring_waits(stages, iterations, start) -> list[(stage, empty_parity, full_parity)]``.
 - ``build_tma_tile(M, N)`` and ``build_tma_stream(M, N)`` -> PrimFunc computing
   ``out = alpha * x + beta`` over an fp16 (M, N) tensor, called as ``kernel(x, out, alpha, beta)``;
-  M a multiple of 64 and N of 128.
+  M a multiple of 64 and N of 128: the problem ``affine`` of grader/problems.py, whose kernel
+  parts the default runners grade.
 
 Besides the PTX mechanisms its spec lists, each build part checks the tensor maps the
 kernel's host code encodes: every one must use the 128-byte swizzle (the lesson of the lab).
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 import math
 
-from .. import build, compare, inputs
+from .. import build, inputs
 from ..context import Context, Outcome
 from . import common
 
@@ -274,74 +275,12 @@ def grade_build(module, ctx: Context) -> Outcome:
     return Outcome(out.fraction, out.message + f" | tensor maps: {text}", out.measurements)
 
 
-# ---------------------------------------------------------------- parts d and e on the GPU
-
-def _coefficients(ctx: Context, index: int) -> tuple[float, float]:
-    r = inputs.rng(LAB, f"{ctx.part.id}-coef{index}", ctx.seed)
-    return round(r.uniform(-3, 3), 3), round(r.uniform(-2, 2), 3)
-
-
-def _shapes(ctx: Context) -> list[tuple[int, int]]:
-    p = ctx.part.params
-    shapes = [tuple(s) for s in p["public_shapes"]]
-    if not ctx.public_only:
-        r = inputs.rng(LAB, ctx.part.id, ctx.seed)
-        (tm, tn), (mm, mn) = p["tile"], p["hidden_max"]
-        shapes += [(tm * r.randint(1, mm // tm), tn * r.randint(1, mn // tn)) for _ in range(p["hidden_shapes"])]
-    return shapes
-
-
-def _run_affine(ex, m: int, n: int, alpha: float, beta: float, ctx: Context, index: int):
-    import torch
-    x = inputs.randn(LAB, ctx.part.id, (m, n), ctx.seed, torch.float16, "cuda", index=index)
-    out = inputs.poisoned_like(x)
-    ex(x.clone(), out, alpha, beta)
-    torch.cuda.synchronize()
-    ref = alpha * x.double() + beta
-    return compare.compare(out, ref, compare.tolerance(torch.float16),
-                           name=f"out ({m}x{n}, alpha={alpha}, beta={beta})")
-
-
-def grade_correct(module, ctx: Context) -> Outcome:
-    common.require_gpu(ctx)
-    builder = common.student(module, ctx.part.params["builder"])
-    shapes = _shapes(ctx)
-    fails = []
-    for i, (m, n) in enumerate(shapes):
-        alpha, beta = _coefficients(ctx, i)
-        ex, _ = build.lower(builder(m, n))
-        res = _run_affine(ex, m, n, alpha, beta, ctx, i)
-        if not res.ok:
-            fails.append(res.message)
-    ok = len(shapes) - len(fails)
-    msg = f"{ok}/{len(shapes)} shapes correct" + (f"; {fails[0]}" if fails else "")
-    return Outcome(ok / len(shapes), msg, {"shapes": [list(s) for s in shapes]})
-
-
-def grade_speed(module, ctx: Context) -> Outcome:
-    import torch
-    common.require_gpu(ctx)
-    p = ctx.part.params
-    m, n, alpha, beta = p["M"], p["N"], p["alpha"], p["beta"]
-    ex, _ = build.lower(common.student(module, p["builder"])(m, n))
-    check = _run_affine(ex, m, n, alpha, beta, ctx, 0)
-    if not check.ok:
-        return Outcome(0.0, f"not timed: wrong result at the timing size; {check.message}")
-    x = torch.randn(m, n, device="cuda").half()
-    out, copy_dst = torch.empty_like(x), torch.empty_like(x)
-    moved = common.Work(bytes=2 * m * n * 2)    # read x once, write out once (the copy moves the same bytes)
-    return common.timed_ratio(ctx, lambda: ex(x, out, alpha, beta), moved, "copy", lambda: copy_dst.copy_(x),
-                              moved, "bandwidth", {"shape": [m, n]})
-
-
 GRADERS = {
     "a_box": grade_box,
     "a_map": grade_map,
     "b_expect_tx": grade_expect_tx,
     "c_ring": grade_ring,
     "d_build": grade_build,
-    "d_correct": grade_correct,
     "e_build": grade_build,
-    "e_correct": grade_correct,
-    "e_speed": grade_speed,
+    # d_correct, e_correct and e_speed: problem "affine" (grader/problems.py), graded by grader/runners.py
 }

@@ -17,13 +17,14 @@
   shared-memory layout of the swizzled transpose kernel.
 - ``swizzle_chunks(swizzle_bytes)`` and ``plot_swizzle(swizzle_bytes, path)``.
 - ``build_transpose_plain(m, n)``, ``build_transpose_swizzled(m, n) -> PrimFunc``: b = a.T for
-  fp16 a of shape (m, n), called as kernel(a, b); m and n are multiples of 64.
+  fp16 a of shape (m, n), called as kernel(a, b); m and n are multiples of 64: the problem
+  ``transpose`` of grader/problems.py, whose kernel parts the default runners grade.
 """
 from __future__ import annotations
 
 import dataclasses
 
-from .. import compare, inputs
+from .. import inputs
 from ..context import Context, Outcome
 from . import common
 
@@ -461,16 +462,31 @@ def grade_atom(module, ctx: Context) -> Outcome:
             return False
 
     table = common.grade_cases(fn, cases, same, lambda a: f"swizzle_chunks({a[0]})")
-    plot = common.student(module, "plot_swizzle")
-    img_ok, img_msg = common.plotted_png(lambda path: plot(128, path), "plot_swizzle", (200, 200))
+    img_ok, img_msg = check_swizzle_figure(common.figure(module, "plot_swizzle", 128), 128)
     frac = 0.5 * table.fraction + (0.5 if img_ok else 0.0)
     return Outcome(frac, f"swizzle_chunks: {table.message}; plot: {img_msg}", table.measurements)
 
 
+def check_swizzle_figure(axes: list[dict], swizzle_bytes: int) -> tuple[bool, str]:
+    """What the lab asks of the plot: the chunk stored at each 16-byte position of the atom's
+    8 rows under the swizzle, drawn as an image (or as a grid of numbers)."""
+    table = ref_swizzle_chunks(swizzle_bytes)
+    n = len(table[0])
+    stored = [[0] * n for _ in range(8)]
+    for i in range(8):
+        for q in range(n):
+            stored[i][table[i][q]] = q
+    if not axes:
+        return False, "no figure was saved to the path given"
+    for ax in axes:
+        for img in ax.get("images", []):
+            if [[int(round(v)) for v in row] for row in img] == stored:
+                return True, f"the {swizzle_bytes}-byte swizzle is drawn (8 x {n} chunks)"
+    return False, (f"no image shows the chunk stored at each position of the {swizzle_bytes}-byte swizzle "
+                   f"(an 8 x {n} grid, as swizzle_chunks gives it, inverted per row)")
+
+
 # ---------------------------------------------------------------- part d
-
-VARIANTS = ("plain", "swizzled")
-
 
 def grade_build(module, ctx: Context) -> Outcome:
     """common.build_part for each variant, then a look at the CUDA source: both variants stage
@@ -500,76 +516,6 @@ def grade_build(module, ctx: Context) -> Outcome:
     return Outcome(sum(fracs) / len(fracs), " || ".join(lines), meas)
 
 
-def _shapes(ctx: Context) -> list[tuple[int, int]]:
-    p = ctx.part.params
-    shapes = [tuple(s) for s in p["public_shapes"]]
-    if not ctx.public_only:
-        r = inputs.rng(LAB, ctx.part.id, ctx.seed)
-        g, top = p["granule"], p["hidden_max"] // p["granule"]
-        shapes += [(g * r.randint(1, top), g * r.randint(1, top)) for _ in range(p["hidden_shapes"])]
-    return shapes
-
-
-def _run_transpose(ex, m: int, n: int, ctx: Context, index: int, variant: str):
-    import torch
-    a = inputs.randn(LAB, ctx.part.id, (m, n), ctx.seed, torch.float16, "cuda", index=index)
-    b = inputs.poisoned_like(torch.empty((n, m), dtype=torch.float16, device="cuda"))
-    ex(a.clone(), b)
-    torch.cuda.synchronize()
-    return compare.compare(b, a.t().double(), compare.tolerance(torch.float16),
-                           name=f"{variant} b (m={m}, n={n})")
-
-
-def grade_correct(module, ctx: Context) -> Outcome:
-    from .. import build
-    common.require_gpu(ctx)
-    p = ctx.part.params
-    shapes = _shapes(ctx)
-    fails, right, total = [], 0, 0
-    for name in p["builders"]:
-        builder = common.student(module, name)
-        for i, (m, n) in enumerate(shapes):
-            ex, _ = build.lower(builder(m, n))
-            res = _run_transpose(ex, m, n, ctx, i, name)
-            total += 1
-            right += res.ok
-            if not res.ok:
-                fails.append(res.message)
-    msg = f"{right}/{total} (variant, shape) pairs correct" + (f"; {fails[0]}" if fails else "")
-    return Outcome(right / total, msg, {"shapes": shapes})
-
-
-def grade_speed(module, ctx: Context) -> Outcome:
-    import torch
-    from .. import build
-    common.require_gpu(ctx)
-    p = ctx.part.params
-    m = n = p["size"]
-    exes = {}
-    for key, name in zip(VARIANTS, p["builders"]):
-        exes[key], _ = build.lower(common.student(module, name)(m, n))
-        check = _run_transpose(exes[key], m, n, ctx, 0, name)
-        if not check.ok:
-            return Outcome(0.0, f"not timed: wrong result at the timing size; {check.message}")
-    a = torch.randn(m, n, dtype=torch.float16, device="cuda")
-    b_plain = torch.empty(n, m, dtype=torch.float16, device="cuda")
-    b_swz = torch.empty(n, m, dtype=torch.float16, device="cuda")
-    dst = torch.empty_like(a)
-    moved = common.Work(bytes=2 * m * n * ELEM)      # every element read once and written once
-    out = common.timed_ratio(
-        ctx, lambda: exes["swizzled"](a, b_swz), moved, "copy", lambda: dst.copy_(a), moved, "bandwidth",
-        {"m": m, "n": n},
-        extras={"plain": (lambda: exes["plain"](a, b_plain), moved), "torch": (lambda: a.t().contiguous(), moved)})
-    r = {k: out.measurements.get(f"{k}_TB/s") for k in ("kernel", "plain", "torch")}
-    if None not in r.values():
-        out.measurements.update({"swizzled_speedup_over_plain": r["kernel"] / r["plain"],
-                                 "swizzled_speedup_over_torch": r["kernel"] / r["torch"]})
-        out.message = (f"swizzled {r['kernel'] / r['plain']:.2f}x the plain kernel's speed "
-                       f"(plain {r['plain']:.2f} TB/s), {r['kernel'] / r['torch']:.2f}x torch .t().contiguous(); "
-                       + out.message)
-    return out
-
-
 GRADERS = {
     "a_index": grade_index,
     "a_layouts": grade_layouts,
@@ -577,6 +523,5 @@ GRADERS = {
     "b_patterns": grade_patterns,
     "c_atom": grade_atom,
     "d_build": grade_build,
-    "d_correct": grade_correct,
-    "d_speed": grade_speed,
+    # d_correct and d_speed: problem "transpose" (grader/problems.py), graded by grader/runners.py
 }

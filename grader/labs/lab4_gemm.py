@@ -15,15 +15,13 @@
   128 x 128 x 64 only, step 2 has M = N = 128).
 
 The kernel parts run the builder of the GPU's track (``builders`` in the spec, keyed by
-track). The SASS part compiles the Hopper kernels and checks that no instruction reads a wgmma
-accumulator register while a wgmma may still be writing it.
+track): the problem ``gemm`` of grader/problems.py, graded by the default runners. The SASS
+part compiles the Hopper kernels and checks that no instruction reads a wgmma accumulator
+register while a wgmma may still be writing it.
 """
 from __future__ import annotations
 
-import math
-import re
-
-from .. import build, compare, inputs
+from .. import build, inputs, inspect
 from ..context import Context, Outcome
 from . import common
 
@@ -309,59 +307,6 @@ def grade_build(module, ctx: Context) -> Outcome:
 
 # ---------------------------------------------------------------- the accumulator hazard in SASS
 
-_INSTR = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(.*?)\s*;")
-_REG = re.compile(r"\bR(\d+)(?:\.(64|128))?\b")
-_HGMMA = re.compile(r"HGMMA\.64x(\d+)x\d+\.F32\S*\s+R(\d+)")
-_FINAL_WAIT = re.compile(r"gsb0,\s*0x0\b")
-
-
-def accumulator_hazards(sass: str) -> tuple[bool, str, dict]:
-    """Scan SASS in listing order. The accumulator registers are the destinations of the HGMMA
-    (wgmma) instructions. From an HGMMA until the next ``WARPGROUP.DEPBAR.LE gsb0, 0x0``
-    (``wgmma.wait_group 0``) a wgmma may still be writing them, so no other instruction may
-    read one of them. Returns (ok, message, measurements)."""
-    instrs = [m.group(1) for m in _INSTR.finditer(sass)]
-    acc: set[int] = set()
-    for ins in instrs:
-        m = _HGMMA.search(ins)
-        if m:
-            n, base = int(m.group(1)), int(m.group(2))
-            acc.update(range(base, base + n // 2))
-    meas = {"hgmma": sum(1 for i in instrs if "HGMMA" in i), "accumulator_registers": len(acc)}
-    if not acc:
-        return False, "no HGMMA (wgmma) instruction with an fp32 accumulator in the SASS", meas
-    pending, waits, bad = False, 0, []
-    for ins in instrs:
-        body = re.sub(r"^@!?U?P\w+\s+", "", ins)
-        words = body.split()
-        op = words[0] if words else ""
-        if op.startswith("HGMMA"):
-            pending = True
-            continue
-        if op.startswith("WARPGROUP.DEPBAR") and _FINAL_WAIT.search(body):
-            pending = False
-            waits += 1
-            continue
-        if not pending or op.startswith("WARPGROUP"):
-            continue
-        operands = body[len(op):].split(",")
-        sources = operands if op.startswith(("ST", "RED", "ATOM")) else operands[1:]
-        regs: set[int] = set()
-        for s in sources:
-            for r in _REG.finditer(s):
-                width = {None: 1, "64": 2, "128": 4}[r.group(2)]
-                regs.update(range(int(r.group(1)), int(r.group(1)) + width))
-        if regs & acc:
-            bad.append(ins)
-    meas.update({"final_waits": waits, "early_reads": len(bad)})
-    if waits == 0:
-        return False, "no WARPGROUP.DEPBAR.LE gsb0, 0x0 (wgmma.wait_group 0) after the wgmma instructions", meas
-    if bad:
-        return False, (f"{len(bad)} instruction(s) read accumulator registers while a wgmma may still be "
-                       f"writing them (before WARPGROUP.DEPBAR.LE gsb0, 0x0), first: `{bad[0]}`"), meas
-    return True, f"no accumulator read before the wgmma wait ({waits} wait(s), {len(acc)} accumulator registers)", meas
-
-
 def _not_implemented(e: Exception) -> bool:
     return isinstance(e, NotImplementedError) or "is not implemented yet" in str(e)
 
@@ -394,7 +339,7 @@ def grade_sass(module, ctx: Context) -> Outcome:
             continue
         if not art.sass:
             raise RuntimeError("no SASS: cuobjdump was not found (install nvidia-cuda-cuobjdump)")
-        ok, msg, m = accumulator_hazards(art.sass)
+        ok, msg, m = inspect.accumulator_hazards(art.sass)
         fracs.append(1.0 if ok else 0.0)
         meas[name] = m
         lines.append(f"{name} {'x'.join(map(str, shape))}: {msg}")
@@ -407,130 +352,21 @@ def grade_sass(module, ctx: Context) -> Outcome:
     return Outcome(sum(fracs) / len(fracs), " | ".join(lines), meas)
 
 
-# ---------------------------------------------------------------- kernels on the GPU
-
-def _track_builder(module, ctx: Context):
-    p = ctx.part.params
-    track = ctx.device.track
-    name = p["builders"][track]
-    return name, common.student(module, name)
-
-
-def _shapes(ctx: Context) -> list[tuple[int, int, int]]:
-    p = ctx.part.params
-    shapes = [tuple(s) for s in p["public_shapes"]]
-    if not ctx.public_only:
-        r = inputs.rng(LAB, ctx.part.id, ctx.seed)
-        (gm, gn, gk), (mm, mn, mk) = p["granule"], p["hidden_max"]
-        shapes += [(gm * r.randint(1, mm // gm), gn * r.randint(1, mn // gn), gk * r.randint(1, mk // gk))
-                   for _ in range(p["hidden_shapes"])]
-    return shapes
-
-
-def _tolerance(K: int):
-    import torch
-    return compare.tolerance(torch.float16, K, magnitude=math.sqrt(K))
-
-
-def _operands(ctx: Context, M: int, N: int, K: int, index: int):
-    import torch
-    A = inputs.randn(LAB, ctx.part.id, (M, K), ctx.seed, torch.float16, "cuda", index=2 * index)
-    B = inputs.randn(LAB, ctx.part.id, (N, K), ctx.seed, torch.float16, "cuda", index=2 * index + 1)
-    return A, B
-
-
-def _run_gemm(ex, A, B, M: int, N: int, K: int):
-    """Run once on clones into a NaN-filled D; compare with a float64 reference of the
-    untouched inputs."""
-    import torch
-    D = inputs.poisoned_like(torch.empty(M, N, dtype=torch.float16, device="cuda"))
-    ex(A.clone(), B.clone(), D)
-    torch.cuda.synchronize()
-    ref = A.double() @ B.double().T
-    return compare.compare(D, ref, _tolerance(K), name=f"D ({M}x{N}x{K})")
-
-
-def grade_correct(module, ctx: Context) -> Outcome:
-    common.require_gpu(ctx)
-    name, builder = _track_builder(module, ctx)
-    shapes = _shapes(ctx)
-    fails = []
-    for i, (M, N, K) in enumerate(shapes):
-        ex, _ = build.lower(builder(M, N, K))
-        A, B = _operands(ctx, M, N, K, i)
-        res = _run_gemm(ex, A, B, M, N, K)
-        if not res.ok:
-            fails.append(res.message)
-    ok = len(shapes) - len(fails)
-    msg = f"{name} on {ctx.device.driver_name}: {ok}/{len(shapes)} shapes correct" + (f"; {fails[0]}" if fails else "")
-    return Outcome(ok / len(shapes), msg, {"builder": name, "shapes": [list(s) for s in shapes]})
-
-
-def grade_speed(module, ctx: Context) -> Outcome:
-    """Per shape: check sampled rows, time the kernel and torch.matmul(A, B.T) interleaved
-    (common.timed_ratio: L2 flushed, floors, clocks), check again; credit on the geometric mean
-    of the per-shape ratios."""
-    import torch
-    common.require_gpu(ctx)
-    p = ctx.part.params
-    name, builder = _track_builder(module, ctx)
-    r = inputs.rng(LAB, ctx.part.id, ctx.seed)
-    per_shape, ratios = [], []
-    for i, (M, N, K) in enumerate(p["shapes"]):
-        shape = f"{M}x{N}x{K}"
-        ex, _ = build.lower(builder(M, N, K))
-        A, B = _operands(ctx, M, N, K, i)
-        D = inputs.poisoned_like(torch.empty(M, N, dtype=torch.float16, device="cuda"))
-        D_torch = torch.empty_like(D)
-        rows = torch.tensor(sorted(r.sample(range(M), min(M, p["check_rows"]))), device="cuda")
-        ref = A[rows].double() @ B.double().T
-
-        def check(when: str):
-            torch.cuda.synchronize()
-            return compare.compare(D[rows], ref, _tolerance(K), name=f"D ({shape}, sampled rows, {when})")
-
-        ex(A, B, D)
-        chk = check("before timing")
-        if not chk.ok:
-            return Outcome(0.0, f"not timed: wrong result at {shape}; {chk.message}", {"builder": name})
-        work = common.Work(bytes=2 * (M * K + N * K + M * N), flops=2 * M * N * K)
-        out = common.timed_ratio(ctx, lambda: ex(A, B, D), work, "torch.matmul",
-                                 lambda: torch.matmul(A, B.T, out=D_torch), work, "flops",
-                                 measurements={"shape": [M, N, K]})
-        if out.verdict == "failed":
-            return Outcome(0.0, f"{shape}: {out.message}", out.measurements, verdict="failed")
-        chk = check("after timing")
-        if not chk.ok:
-            return Outcome(0.0, f"wrong result after timing at {shape}; {chk.message}", {"builder": name})
-        ratios.append(out.measurements["ratio"])
-        per_shape.append(out.measurements)
-    ratio = math.exp(sum(math.log(x) for x in ratios) / len(ratios))
-    what = ", ".join(f"{'x'.join(map(str, m['shape']))}: {m['kernel_TFLOP/s']:.0f} vs {m['torch.matmul_TFLOP/s']:.0f} TFLOP/s"
-                     for m in per_shape)
-    return common.perf_outcome(ctx, ratio, {"builder": name, "shapes": per_shape, "gpu": ctx.device.driver_name},
-                               f"{name} on {ctx.device.driver_name} ({what}); geometric mean of the ratios "
-                               f"to torch.matmul")
-
-
 GRADERS = {
     "a_desc": grade_desc,
     "a_frag": grade_frag,
     "s1_build_sm90": grade_build,
     "s1_build_sm100": grade_build,
-    "s1_correct": grade_correct,
     "s1_sync": grade_sync,
     "s2_build_sm90": grade_build,
     "s2_build_sm100": grade_build,
-    "s2_correct": grade_correct,
     "s2_phase": grade_phase,
     "s3_build_sm90": grade_build,
     "s3_build_sm100": grade_build,
-    "s3_correct": grade_correct,
-    "s3_speed": grade_speed,
     "s3_grid": grade_grid,
     "s4_build_sm90": grade_build,
     "s4_build_sm100": grade_build,
-    "s4_correct": grade_correct,
-    "s4_speed": grade_speed,
     "sass_hazard": grade_sass,
+    # s1..s4_correct, s3_speed and s4_speed: problem "gemm" (grader/problems.py), graded by
+    # grader/runners.py with the builder of the GPU's track
 }

@@ -1,0 +1,54 @@
+"""The GPU harness: ``python -m grader.harness FD``, a trusted process started by the grader
+(grader/run.py) with the secret seed removed from its environment.
+
+It runs the grading functions of GPU parts: makes the inputs and the float64 references, loads
+the vetted kernel libraries, runs them, compares, and times them with its own CUDA events. No
+submission code runs here: calls to the submission (a kernel builder) go through the grading
+process to the sandboxed child (remote.BrokerBackend), and before a kernel is timed the child
+and everything it started are stopped.
+
+A kernel that does not finish within timing.HANG_S seconds of a wait is reported as a hang and
+this process exits (its CUDA context cannot be recovered); the grader starts a fresh one.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import sys
+
+from . import channel, hardware, labs, report, sandbox, spec, timing
+from .context import Context
+from .remote import BrokerBackend, RemoteSubmission
+
+
+def grade(job: dict, backend: BrokerBackend, device) -> report.PartResult:
+    from .run import outcome_to_result
+    lab_spec = spec.load(job["lab"])
+    part = lab_spec.part(job["part"])
+    ctx = Context(lab_spec, part, int(job["seed"]), device, public_only=bool(job["public_only"]),
+                  end_student_code=backend.end)
+    timing.HANG_S = float(part.params.get("hang_s", timing.HANG_S))
+    return outcome_to_result(ctx, lambda: labs.grade(lab_spec.lab, part.id, RemoteSubmission(backend), ctx))
+
+
+def main(argv: list[str]) -> int:
+    sandbox.protect_grader()
+    sock = socket.socket(fileno=int(argv[0]))
+    backend = BrokerBackend(sock)
+    device = hardware.detect()
+    channel.send(sock, {"ready": True})
+    while True:
+        try:
+            job = channel.recv(sock)
+        except channel.ChannelClosed:
+            return 0
+        try:
+            res = grade(job, backend, device)
+        except timing.KernelHang as e:
+            channel.send(sock, {"hang": str(e)})
+            os._exit(3)
+        channel.send(sock, {"result": res.to_dict()})
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

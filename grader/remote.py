@@ -1,0 +1,199 @@
+"""The grader's view of a submission that runs elsewhere.
+
+Lab grading functions take a ``module`` and call ``common.student(module, name)(*args)``. In the
+notebook's own check cells that module is the notebook's namespace. When grading, it is a
+:class:`RemoteSubmission`: every call crosses to the sandboxed child (grader/child.py) as plain
+JSON and comes back as plain JSON (so no object of the student's can reach the grader's
+comparisons), and a kernel builder's result comes back as a :class:`KernelRef`, which
+grader/build.py turns into something runnable or inspectable on the grader's side.
+
+Two backends carry the requests: :class:`ChildBackend` talks to a ChildSession directly (the
+grading process), :class:`BrokerBackend` asks the grading process to do it (the GPU harness,
+which never talks to the child itself).
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+import time
+from typing import Any
+
+from . import channel
+from .sandbox import ChildSession, SandboxFailure
+
+
+class StudentError(Exception):
+    """The submission's code raised; the message names the notebook cell."""
+
+
+class BuildFailed(Exception):
+    """The kernel did not compile (lowering, NVRTC, ptxas); the compiler's message follows."""
+
+
+def _raise_for(reply: dict, what: str) -> None:
+    if "error" not in reply:
+        return
+    msg = str(reply.get("message", ""))
+    if reply.get("todo"):
+        raise NotImplementedError(msg.splitlines()[0] if msg else what)
+    raise StudentError(f"{what} raised {reply.get('error')}: {msg}\n{str(reply.get('traceback', ''))[-1500:]}")
+
+
+class ChildBackend:
+    """Requests to a sandboxed child, with the time left of the current part."""
+
+    def __init__(self, session: ChildSession, trusted_dir: str, relocate=lambda s: s,
+                 import_timeout: float = 180.0):
+        self.session = session
+        self.trusted_dir = trusted_dir
+        self.relocate = relocate
+        self.import_timeout = import_timeout
+        self.deadline = float("inf")
+        self.import_failure: str | None = None
+        self.cell_errors: list[str] = []
+
+    def ensure_started(self) -> None:
+        if self.import_failure:
+            raise SandboxFailure(self.import_failure)
+        if self.session.alive:
+            return
+        try:
+            self.session.start(self.import_timeout)
+        except SandboxFailure as e:
+            self.import_failure = self.relocate(str(e))
+            raise SandboxFailure(self.import_failure) from None
+        self.cell_errors = [self.relocate(c) for c in self.session.cell_errors]
+
+    def _request(self, msg: dict) -> dict:
+        self.ensure_started()
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise SandboxFailure("the part's time limit ran out")
+        reply = self.session.request(msg, left)
+        if "error" in reply:
+            reply["message"] = self.relocate(str(reply.get("message", "")))
+            reply["traceback"] = self.relocate(str(reply.get("traceback", "")))
+        return reply
+
+    def call(self, name: str, args: list, kwargs: dict) -> dict:
+        return self._request({"op": "call", "name": name, "args": args, "kwargs": kwargs})
+
+    def plot(self, name: str, args: list) -> dict:
+        return self._request({"op": "plot", "name": name, "args": args})
+
+    def export(self, kernel: int, arch: str) -> dict:
+        reply = self._request({"op": "export", "kernel": kernel, "arch": arch})
+        if "path" in reply:
+            reply = {"path": self.session.fetch(str(reply["path"]), self.trusted_dir)}
+        return reply
+
+    def end(self) -> None:
+        """Stop the child and everything it started (before the grader times a kernel)."""
+        self.session.close()
+
+
+class BrokerBackend:
+    """The GPU harness's backend: each request goes to the grading process, which owns the child."""
+
+    def __init__(self, sock: socket.socket):
+        self.sock = sock
+
+    def _ask(self, msg: dict) -> dict:
+        channel.send(self.sock, {"need": msg})
+        reply = channel.recv(self.sock)
+        if "sandbox_failure" in reply:
+            raise SandboxFailure(reply["sandbox_failure"])
+        return reply
+
+    def call(self, name, args, kwargs):
+        return self._ask({"op": "call", "name": name, "args": args, "kwargs": kwargs})
+
+    def plot(self, name, args):
+        return self._ask({"op": "plot", "name": name, "args": args})
+
+    def export(self, kernel, arch):
+        return self._ask({"op": "export", "kernel": kernel, "arch": arch})
+
+    def end(self) -> None:
+        self._ask({"op": "end"})
+
+
+def serve_broker_request(backend: ChildBackend, msg: dict) -> dict:
+    """What the grading process answers to a harness's request."""
+    try:
+        op = msg.get("op")
+        if op == "call":
+            return backend.call(msg["name"], msg.get("args", []), msg.get("kwargs", {}))
+        if op == "plot":
+            return backend.plot(msg["name"], msg.get("args", []))
+        if op == "export":
+            return backend.export(int(msg["kernel"]), str(msg["arch"]))
+        if op == "end":
+            backend.end()
+            return {"ok": True}
+        return {"sandbox_failure": f"unknown request {op!r}"}
+    except SandboxFailure as e:
+        return {"sandbox_failure": str(e)}
+
+
+@dataclasses.dataclass
+class KernelRef:
+    """A kernel the submission built, still inside the child: build.lower / compile_only ask the
+    child to compile and export it for an arch, then vet and use the library on this side."""
+    backend: Any
+    kernel: int
+    builder: str
+    args: tuple
+
+    def library(self, arch: str) -> str:
+        reply = self.backend.export(self.kernel, arch)
+        if "error" in reply:
+            if reply.get("todo"):
+                raise NotImplementedError(str(reply.get("message", "")).splitlines()[0])
+            raise BuildFailed(f"{self.builder}{self.args} for {arch}: {reply.get('error')}: "
+                              f"{str(reply.get('message', ''))[:3000]}")
+        path = reply.get("path")
+        if not isinstance(path, str) or not os.path.isfile(path):
+            raise SandboxFailure("the library of the kernel was not delivered")
+        return path
+
+
+class RemoteFunction:
+    def __init__(self, backend, name: str):
+        self.backend = backend
+        self.name = name
+
+    def __call__(self, *args, **kwargs):
+        reply = self.backend.call(self.name, list(args), kwargs)
+        _raise_for(reply, f"{self.name}()")
+        if "kernel" in reply:
+            return KernelRef(self.backend, int(reply["kernel"]), self.name, args)
+        if "value" not in reply:
+            raise SandboxFailure(f"{self.name}(): an answer of the wrong shape")
+        return reply["value"]
+
+    def figure(self, *args) -> list[dict]:
+        """Call a plotting function (its last argument, a path, is added) and describe what it
+        drew: one dict per axes (scales, lines, points, images, texts)."""
+        reply = self.backend.plot(self.name, list(args))
+        _raise_for(reply, f"{self.name}()")
+        fig = reply.get("figure")
+        if not isinstance(fig, list):
+            raise SandboxFailure(f"{self.name}(): a figure description of the wrong shape")
+        return fig
+
+
+class RemoteSubmission:
+    """``common.student(module, name)`` on this returns a RemoteFunction."""
+
+    def __init__(self, backend):
+        self._backend = backend
+
+    def __getattr__(self, name: str):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return RemoteFunction(self._backend, name)
+
+    def end_student_code(self) -> None:
+        self._backend.end()

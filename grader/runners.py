@@ -1,0 +1,299 @@
+"""Default runners of kernel parts: one correctness runner and one speed runner for every
+problem declared in grader/problems.py.
+
+A spec part of kind "kernel" names its problem and its builders in ``params``::
+
+    problem = "gemm"
+    builder = "build_x"                                   # one builder, or
+    builders = ["build_plain", "build_swizzled"]          # several (correctness: each one), or
+    builders = { sm_90a = "hopper_x", sm_100a = "blackwell_x" }   # one per track (also
+                                                          # hopper = ..., blackwell = ...)
+
+Correctness parts (no threshold table) give ``public_shapes`` and, for hidden runs,
+``hidden_shapes`` (how many) with ``granule`` / ``hidden_max`` (and optionally
+``hidden_choices``): see ``Problem.draw_shape``. Every (builder, shape) pair runs on seeded
+inputs (cloned; the reference uses the untouched originals) into NaN-poisoned outputs, and is
+compared with the problem's float64 reference under its tolerance (grader.compare reports
+NaN/Inf, the first and the worst mismatch). The fraction is the share of pairs right.
+
+Speed parts (a threshold table) give ``shapes``, optionally ``scalars`` (fixed scalar arguments),
+``check_rows`` (check a sample of rows of large outputs instead of all) and
+``extra_builders`` (the student's other kernels, timed in the same rotation and recorded, not
+graded). Per shape: check, time against the problem's baseline through common.timed_ratio,
+check the outputs of the timed calls again; credit on the geometric mean of the ratios
+(common.perf_outcome against the part's threshold row).
+
+Contract with the rest of the grader: a kernel is obtained only as
+``ex, cuda_source = build.lower(common.student(module, name)(*builder_args))`` and called as
+``ex(*tensors_and_scalars)``; the GPU is waited for only with ``common.sync()``; time is taken
+only by ``common.timed_ratio``. :class:`Env` is the seam that lets the tests run the same code on
+the CPU with a torch function standing in for ``ex``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Callable
+
+import torch
+
+from . import build, compare, inputs, problems
+from .context import Context, Outcome
+from .labs import common
+
+TRACK_ALIASES = {"hopper": "sm_90a", "blackwell": "sm_100a"}
+
+
+@dataclasses.dataclass
+class Env:
+    """Where and how kernels run. The defaults are the GPU's; tests put the CPU and a fake
+    ``lower`` (returning a torch function) here."""
+    device: str = "cuda"
+    lower: Callable[[Any], tuple[Callable, str]] = lambda built: build.lower(built)
+    sync: Callable[[], None] = lambda: common.sync()
+    timed_ratio: Callable[..., Outcome] = lambda *a, **k: common.timed_ratio(*a, **k)
+    require_gpu: Callable[[Context], Any] = lambda ctx: common.require_gpu(ctx)
+
+
+def default_env() -> Env:
+    return Env()
+
+
+# ---------------------------------------------------------------- what a part names
+
+def builder_names(params: dict, ctx: Context) -> list[str]:
+    """The builders a kernel part runs: ``builder``, a list ``builders``, or ``builders`` keyed by
+    track (the GPU's track picks one; ``hopper``/``blackwell`` are accepted for sm_90a/sm_100a)."""
+    if "builder" in params:
+        return [params["builder"]]
+    b = params.get("builders")
+    if b is None:
+        raise KeyError(f"{ctx.lab.lab}.{ctx.part.id}: a kernel part names `builder` or `builders`")
+    if isinstance(b, dict):
+        keyed = {TRACK_ALIASES.get(k, k): v for k, v in b.items()}
+        track = ctx.device.track
+        if track not in keyed:
+            raise RuntimeError(f"{ctx.lab.lab}.{ctx.part.id} has no builder for this GPU's track "
+                               f"({track}); tracks: {', '.join(keyed)}")
+        v = keyed[track]
+        return [v] if isinstance(v, str) else list(v)
+    return [b] if isinstance(b, str) else list(b)
+
+
+def case_shapes(problem: problems.Problem, ctx: Context) -> list:
+    """Public shapes, then (unless public_only) ``hidden_shapes`` shapes drawn from the run seed."""
+    p = ctx.part.params
+    shapes = [problem.shape(s) for s in p["public_shapes"]]
+    if not ctx.public_only and p.get("hidden_shapes"):
+        r = inputs.rng(ctx.lab.lab, ctx.part.id, ctx.seed)
+        shapes += [problem.draw_shape(r, p) for _ in range(int(p["hidden_shapes"]))]
+    return shapes
+
+
+# ---------------------------------------------------------------- one run, one check
+
+def _scalar_text(scalars: dict) -> str:
+    return "".join(f", {k}={v:g}" for k, v in scalars.items())
+
+
+def _plain_err(x: float) -> float | None:
+    return x if math.isfinite(x) else None
+
+
+@dataclasses.dataclass
+class Check:
+    ok: bool
+    message: str
+    max_abs_err: dict[str, float | None]
+
+
+def check(problem: problems.Problem, outs: dict[str, torch.Tensor], ref: dict[str, torch.Tensor],
+          tol: dict[str, compare.Tolerance], label: str, rows: torch.Tensor | None = None,
+          originals: dict[str, torch.Tensor] | None = None,
+          given: dict[str, torch.Tensor] | None = None) -> Check:
+    """Compare every output with the reference (restricted to ``rows`` along the output's row
+    axis when rows are sampled), and the inputs the kernel was given with their originals."""
+    bad, errs = [], {}
+    for op in problem.outputs:
+        got = outs[op.name]
+        what = f"{op.name} ({label})"
+        if rows is not None:
+            got = got.index_select(problem.row_axis[op.name], rows.to(got.device))
+            what = f"{op.name} ({label}, {rows.numel()} sampled rows)"
+        c = compare.compare(got, ref[op.name], tol[op.name], name=what)
+        errs[op.name] = _plain_err(c.max_abs_err)
+        if not c.ok:
+            bad.append(c.message)
+    for name, t in (given or {}).items():
+        if not torch.equal(t, originals[name]):
+            bad.append(f"the kernel wrote into its input {name} ({label})")
+    return Check(not bad, " | ".join(bad) if bad else "all outputs within tolerance", errs)
+
+
+def _run(problem, ex, tensors: dict, scalars: dict, env: Env) -> None:
+    ex(*problem.args(tensors, scalars))
+    env.sync()
+
+
+# ---------------------------------------------------------------- correctness
+
+def correctness(module, ctx: Context, env: Env | None = None) -> Outcome:
+    env = env or default_env()
+    env.require_gpu(ctx)
+    p = ctx.part.params
+    prob = problems.get(p["problem"])
+    names = builder_names(p, ctx)
+    shapes = case_shapes(prob, ctx)
+    lab, part = ctx.lab.lab, ctx.part.id
+    cases, fails = [], []
+    for name in names:
+        fn = common.student(module, name)
+        for i, shape in enumerate(shapes):
+            ex, _ = env.lower(fn(*prob.builder_args(shape)))
+            ins = prob.make_inputs(lab, part, shape, ctx.seed, i, env.device)
+            scalars = prob.draw_scalars(lab, part, ctx.seed, i)
+            given = {k: t.clone() for k, t in ins.items()}
+            outs = prob.make_outputs(shape, env.device)
+            _run(prob, ex, {**given, **outs}, scalars, env)
+            label = prob.describe(shape) + _scalar_text(scalars)
+            res = check(prob, outs, prob.reference(ins, scalars, shape), prob.tolerance(shape, ins), label,
+                        originals=ins, given=given)
+            cases.append({"builder": name, "shape": list(shape), "ok": res.ok, "max_abs_err": res.max_abs_err})
+            if not res.ok:
+                fails.append(f"{name}: {res.message}")
+    right, total = sum(c["ok"] for c in cases), len(cases)
+    what = "shapes" if len(names) == 1 else "(builder, shape) pairs"
+    where = f" on {ctx.device.driver_name}" if ctx.device.driver_name else ""
+    msg = f"{', '.join(names)}{where}: {right}/{total} {what} correct"
+    if fails:
+        msg += f"; first failure: {fails[0]}" + (f" (and {len(fails) - 1} more)" if len(fails) > 1 else "")
+    meas = {"problem": prob.name, "builders": names, "shapes": [list(s) for s in shapes], "cases": cases}
+    return Outcome(right / total, msg, meas)
+
+
+# ---------------------------------------------------------------- speed
+
+def speed_builder(params: dict, ctx: Context) -> str:
+    names = builder_names(params, ctx)
+    if len(names) != 1:
+        raise ValueError(f"{ctx.lab.lab}.{ctx.part.id}: a speed part times one builder (name the others "
+                         f"in extra_builders), not {names}")
+    return names[0]
+
+
+def _unit(metric: str) -> str:
+    return "TB/s" if metric == "bandwidth" else "TFLOP/s"
+
+
+def speed(module, ctx: Context, env: Env | None = None) -> Outcome:
+    env = env or default_env()
+    env.require_gpu(ctx)
+    p = ctx.part.params
+    prob = problems.get(p["problem"])
+    name = speed_builder(p, ctx)
+    lab, part = ctx.lab.lab, ctx.part.id
+    unit = _unit(prob.metric)
+    r = inputs.rng(lab, part, ctx.seed)
+    shapes = [prob.shape(s) for s in p["shapes"]]
+    others = list(p.get("extra_builders", []))
+    # Every kernel is obtained before the first timing: timing stops the submission's processes
+    # (common.end_student_code), so no builder can be called after it.
+    kernels = []
+    for shape in shapes:
+        args = prob.builder_args(shape)
+        kernels.append({n: env.lower(common.student(module, n)(*args))[0] for n in [name] + others})
+    per_shape, ratios, lines = [], [], []
+    for i, shape in enumerate(shapes):
+        ex = kernels[i][name]
+        ins = prob.make_inputs(lab, part, shape, ctx.seed, i, env.device)
+        scalars = {**prob.draw_scalars(lab, part, ctx.seed, i), **p.get("scalars", {})}
+        label = prob.describe(shape) + _scalar_text(scalars)
+        rows = None
+        if p.get("check_rows") and prob.row_extent is not None and p["check_rows"] < prob.row_extent(shape):
+            rows = torch.tensor(sorted(r.sample(range(prob.row_extent(shape)), int(p["check_rows"]))),
+                                device=env.device)
+        ref, tol = prob.reference(ins, scalars, shape, rows), prob.tolerance(shape, ins)
+        given = {k: t.clone() for k, t in ins.items()}
+        outs = prob.make_outputs(shape, env.device)
+        tensors = {**given, **outs}
+        _run(prob, ex, tensors, scalars, env)
+        res = check(prob, outs, ref, tol, f"{label}, before timing", rows, ins, given)
+        if not res.ok:
+            return Outcome(0.0, f"{name}: not timed: wrong result at {label}; {res.message}",
+                           {"problem": prob.name, "builder": name, "shape": list(shape)})
+
+        extras, skipped = {}, {}
+        for other in others:
+            ex_o = kernels[i][other]
+            outs_o = prob.make_outputs(shape, env.device)
+            tensors_o = {**given, **outs_o}
+            _run(prob, ex_o, tensors_o, scalars, env)
+            res_o = check(prob, outs_o, ref, tol, f"{label}, {other}", rows)
+            if res_o.ok:
+                args_o = prob.args(tensors_o, scalars)
+                extras[other] = (lambda ex_o=ex_o, args_o=args_o: ex_o(*args_o), prob.work(shape))
+            else:
+                skipped[other] = f"not timed: wrong result: {res_o.message}"
+        for xname, timed in prob.extras(ins, scalars, shape).items():
+            try:                              # a torch variant this GPU or build lacks is recorded, not fatal
+                timed.fn()
+                env.sync()
+            except Exception as e:  # noqa: BLE001
+                skipped[xname] = f"not timed: {type(e).__name__}: {str(e)[:300]}"
+                continue
+            extras[xname] = (timed.fn, timed.work)
+        base = prob.baseline(ins, scalars, shape)
+
+        for t in outs.values():               # the check after timing sees what the timed calls wrote
+            t.fill_(float("nan"))
+        args = prob.args(tensors, scalars)
+        meas = {"shape": list(shape), "label": label}
+        if skipped:
+            meas["extras_skipped"] = skipped
+        out = env.timed_ratio(ctx, lambda: ex(*args), prob.work(shape), prob.baseline_name, base.fn, base.work,
+                              prob.metric, measurements=meas, extras=extras or None)
+        if out.verdict == "failed":
+            return Outcome(0.0, f"{name} at {label}: {out.message}", out.measurements, verdict="failed")
+        env.sync()
+        res = check(prob, outs, ref, tol, f"{label}, after timing", rows, ins, given)
+        if not res.ok:
+            return Outcome(0.0, f"{name}: wrong result after timing at {label}; {res.message}", out.measurements)
+        m = out.measurements
+        k, b = m[f"kernel_{unit}"], m[f"{prob.baseline_name}_{unit}"]
+        line = f"{label}: {k:.2f} vs {prob.baseline_name} {b:.2f} {unit}"
+        others = [f"{x} {m[f'{x}_{unit}']:.2f} (kernel {k / m[f'{x}_{unit}']:.2f}x)"
+                  for x in extras if m.get(f"{x}_{unit}")]
+        for x in extras:
+            if m.get(f"{x}_{unit}"):
+                m[f"kernel_over_{x}"] = k / m[f"{x}_{unit}"]
+        if others:
+            line += "; " + ", ".join(others)
+        lines.append(line)
+        ratios.append(m["ratio"])
+        per_shape.append(m)
+    ratio = math.exp(sum(math.log(x) for x in ratios) / len(ratios))
+    where = f" on {ctx.device.driver_name}" if ctx.device.driver_name else ""
+    mean = (f"geometric mean over {len(ratios)} shapes of the ratio to {prob.baseline_name}" if len(ratios) > 1
+            else f"ratio to {prob.baseline_name}")
+    meas = {"problem": prob.name, "builder": name, "shapes": per_shape, "gpu": ctx.device.driver_name}
+    return common.perf_outcome(ctx, ratio, meas, f"{name}{where} ({' | '.join(lines)}); {mean}")
+
+
+# ---------------------------------------------------------------- defaults per part kind
+
+def kernel_part(module, ctx: Context, env: Env | None = None) -> Outcome:
+    """A kernel part with a threshold table is a speed part, else a correctness part."""
+    return (speed if ctx.part.thresholds else correctness)(module, ctx, env)
+
+
+DEFAULT_RUNNERS: dict[str, Callable[..., Outcome]] = {
+    "kernel": kernel_part,
+    "build": lambda module, ctx: common.build_part(module, ctx),
+}
+
+
+def default_for(part) -> Callable[..., Outcome] | None:
+    """The default runner of a part's kind (kernel parts must name their problem)."""
+    if part.kind == "kernel" and "problem" not in part.params:
+        return None
+    return DEFAULT_RUNNERS.get(part.kind)
