@@ -77,22 +77,66 @@ def vet(path: str, registered: set[str] | frozenset = frozenset()) -> list[str]:
     return sorted(strings & (set(registered) | ALLOWED_PACKED))
 
 
-def cuda_source(path: str) -> str:
-    """The CUDA source embedded in an exported TVM library: a length-prefixed UTF-8 string that
-    holds the kernels (``__global__``). Raises Rejected when there is none."""
-    with open(path, "rb") as f:
-        data = f.read()
-    first = data.find(b"__global__")
+def _prefixed_text(data: bytes, marker: bytes) -> str | None:
+    """The length-prefixed UTF-8 string of TVM's module serialization that contains ``marker``."""
+    first = data.find(marker)
     if first < 0:
-        raise Rejected("the kernel library holds no CUDA kernel")
+        return None
     for start in range(first, max(8, first - (4 << 20)), -1):
         (n,) = struct.unpack_from("<Q", data, start - 8)
         if first - start < n <= len(data) - start and n < (64 << 20):
-            chunk = data[start:start + n]
             try:
-                text = chunk.decode("utf-8")
+                text = data[start:start + n].decode("utf-8")
             except UnicodeDecodeError:
                 continue
             if "\x00" not in text:
                 return text
-    raise Rejected("could not find the CUDA source in the kernel library")
+    return None
+
+
+def _embedded_cubin(data: bytes) -> bytes | None:
+    """An ELF for the CUDA machine (e_machine 190) embedded in the library, cut at its end."""
+    at = data.find(b"\x7fELF", 1)
+    while at > 0:
+        if len(data) >= at + 64 and data[at + 4] == 2:
+            machine, = struct.unpack_from("<H", data, at + 18)
+            phoff, shoff = struct.unpack_from("<QQ", data, at + 32)
+            phentsize, phnum, shentsize, shnum = struct.unpack_from("<HHHH", data, at + 54)
+            end = max(shoff + shentsize * shnum, phoff + phentsize * phnum)
+            if machine == 190 and at + end <= len(data):
+                for i in range(shnum):           # sections may lie after the header tables
+                    h = at + shoff + i * shentsize
+                    if h + 64 > len(data):
+                        break
+                    sh_type, = struct.unpack_from("<I", data, h + 4)
+                    off, size = struct.unpack_from("<QQ", data, h + 24)
+                    if sh_type != 8:             # SHT_NOBITS occupies no bytes in the file
+                        end = max(end, off + size)
+                for i in range(phnum):
+                    h = at + phoff + i * phentsize
+                    if h + 56 <= len(data):
+                        off, = struct.unpack_from("<Q", data, h + 8)
+                        filesz, = struct.unpack_from("<Q", data, h + 32)
+                        end = max(end, off + filesz)
+                if at + end <= len(data):
+                    return data[at:at + end]
+        at = data.find(b"\x7fELF", at + 1)
+    return None
+
+
+def device_code(path: str) -> tuple[str, object]:
+    """The device code embedded in an exported TVM library, read from its bytes without loading
+    it: ("cuda", source) when the library was made without a GPU, else ("cubin", bytes) or
+    ("ptx", text). Raises Rejected when there is none."""
+    with open(path, "rb") as f:
+        data = f.read()
+    src = _prefixed_text(data, b"__global__")
+    if src is not None:
+        return "cuda", src
+    cubin = _embedded_cubin(data)
+    if cubin is not None:
+        return "cubin", cubin
+    ptx = _prefixed_text(data, b".target sm_")
+    if ptx is not None:
+        return "ptx", ptx
+    raise Rejected("the kernel library holds no CUDA kernel (no source, cubin or PTX)")

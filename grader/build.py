@@ -132,20 +132,29 @@ def load_library(ref, arch: str | None = None):
     arch = arch or (device_arch() if gpu else "sm_90a")
     path = ref.library(arch)
     try:
-        src = artifact.cuda_source(path)
+        kind, code = artifact.device_code(path)
     except artifact.Rejected as e:
         raise BuildError(str(e)) from None
+    if kind == "cuda":
+        check_source(code)
     if not gpu or arch != device_arch():
-        return None, src
+        return None, code if kind == "cuda" else ""
     import tvm
     import tvm_ffi
     try:
         artifact.vet(path, set(tvm_ffi.registry.list_global_func_names()))
     except artifact.Rejected as e:
         raise BuildError(f"kernel library rejected: {e}") from None
-    check_source(src)
     lib = tvm.runtime.load_module(path)
+    src = code if kind == "cuda" else _inspect(lib)
     return lib["main"], src
+
+
+def _inspect(lib) -> str:
+    try:
+        return lib.imports[0].inspect_source()
+    except Exception:  # noqa: BLE001 - the source is for reading only
+        return ""
 
 
 def compile_only(kernel, arch: str, want_sass: bool = False) -> Artifacts:
@@ -156,13 +165,20 @@ def compile_only(kernel, arch: str, want_sass: bool = False) -> Artifacts:
     if isinstance(kernel, KernelRef):
         from . import artifact
         try:
-            src = artifact.cuda_source(kernel.library(arch))
-        except BuildFailed as e:
+            kind, code = artifact.device_code(kernel.library(arch))
+        except (BuildFailed, artifact.Rejected) as e:
             raise BuildError(str(e)) from None
-        except artifact.Rejected as e:
-            raise BuildError(str(e)) from None
-        check_source(src)
-        return compile_source(src, arch, want_sass)
+        if kind == "cuda":
+            check_source(code)
+            return compile_source(code, arch, want_sass)
+        if kind == "ptx":
+            art = Artifacts(arch, "", code)
+            art.cubin, art.ptxas_log = assemble(code, arch, "", target(arch))
+        else:
+            art = Artifacts(arch, "", "", cubin=code)
+        if want_sass:
+            art.sass = disassemble(art.cubin)
+        return art
     try:
         _, src = lower(kernel, arch)
     except Exception as e:  # noqa: BLE001 - a TIRx parse/lowering error is the student's verdict

@@ -141,6 +141,11 @@ def main(argv: list[str] | None = None) -> int:
     k.add_argument("--submission", help="a notebook (default: the reference solution)")
     k.add_argument("--out", default="build/kernels", help="output folder (default: build/kernels)")
     k.set_defaults(func=cmd_compile)
+    from . import release  # python -m grader release DIR: the student edition (grader/release.py)
+    release.register(sub)
+    from . import batch, gradebook, slurm  # a whole class: batch, collect, gradebook
+    for module in (batch, slurm, gradebook):
+        module.register(sub)
     argv = sys.argv[1:] if argv is None else argv
     args = ap.parse_args(argv)
     if args.command == "check":

@@ -37,7 +37,7 @@ from typing import Any, Callable
 
 import torch
 
-from . import build, compare, inputs, problems
+from . import build, compare, inputs, problems, timing
 from .context import Context, Outcome
 from .labs import common
 
@@ -238,6 +238,8 @@ def speed(module, ctx: Context, env: Env | None = None) -> Outcome:
             try:                              # a torch variant this GPU or build lacks is recorded, not fatal
                 timed.fn()
                 env.sync()
+            except timing.KernelHang:
+                raise
             except Exception as e:  # noqa: BLE001
                 skipped[xname] = f"not timed: {type(e).__name__}: {str(e)[:300]}"
                 continue
@@ -261,17 +263,17 @@ def speed(module, ctx: Context, env: Env | None = None) -> Outcome:
         m = out.measurements
         k, b = m[f"kernel_{unit}"], m[f"{prob.baseline_name}_{unit}"]
         line = f"{label}: {k:.2f} vs {prob.baseline_name} {b:.2f} {unit}"
-        others = [f"{x} {m[f'{x}_{unit}']:.2f} (kernel {k / m[f'{x}_{unit}']:.2f}x)"
-                  for x in extras if m.get(f"{x}_{unit}")]
+        extra_text = [f"{x} {m[f'{x}_{unit}']:.2f} (kernel {k / m[f'{x}_{unit}']:.2f}x)"
+                      for x in extras if m.get(f"{x}_{unit}")]
         for x in extras:
             if m.get(f"{x}_{unit}"):
                 m[f"kernel_over_{x}"] = k / m[f"{x}_{unit}"]
-        if others:
-            line += "; " + ", ".join(others)
+        if extra_text:
+            line += "; " + ", ".join(extra_text)
         lines.append(line)
         ratios.append(m["ratio"])
         per_shape.append(m)
-    ratio = math.exp(sum(math.log(x) for x in ratios) / len(ratios))
+    ratio = ratios[-1]
     where = f" on {ctx.device.driver_name}" if ctx.device.driver_name else ""
     mean = (f"geometric mean over {len(ratios)} shapes of the ratio to {prob.baseline_name}" if len(ratios) > 1
             else f"ratio to {prob.baseline_name}")

@@ -144,7 +144,8 @@ class ChildSession:
         parent_sock, child_sock = socket.socketpair()
         env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": self.scratch, "TMPDIR": self.scratch,
                "LANG": "C.UTF-8", "MPLBACKEND": "Agg", "PYTHONDONTWRITEBYTECODE": "1",
-               "PYTHONPATH": REPO_ROOT}
+               # where the course's packages are found: paths only, nothing else of the grader's environment
+               "PYTHONPATH": os.pathsep.join([REPO_ROOT] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])}
         lim, uid = self.limits, self.uid
         status_r, status_w = os.pipe()
 
@@ -274,7 +275,9 @@ class ChildSession:
             raise SandboxFailure(f"your process reported a file {name!r} that is not there")
         if os.path.getsize(src) > max_bytes:
             raise SandboxFailure(f"{name} is larger than {max_bytes >> 20} MB")
-        dst = os.path.join(dest_dir, os.path.basename(name))
+        # A fresh name every time: a process that loaded a library keeps it by path, and a
+        # restarted child numbers its kernels from 1 again.
+        dst = tempfile.mktemp(prefix=os.path.splitext(os.path.basename(name))[0] + "-", suffix=".so", dir=dest_dir)
         with open(src, "rb") as f, open(dst, "wb") as g:
             shutil.copyfileobj(f, g)
         return dst

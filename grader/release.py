@@ -1,0 +1,975 @@
+"""The student edition of the course: ``python -m grader release DIR``.
+
+The edition is a repository for a class's students: ``assignments/``, ``lectures/``, a README for
+students, ``pyproject.toml``/``environment.yml``, and a grader that runs the public checks (the
+notebooks' ``check(lab, part, globals())``, ``python -m grader check --public``, ``python -m
+grader compile``). It holds no solutions: no ``solutions/``, no reference notebooks, no
+``reports/``, and none of ``grader/labs/<lab>.py`` (their ``ref_*`` answers and hidden-case
+generators). In their place:
+
+- ``grader/public/<lab>.json``, the public cases of every CPU part as (arguments, expected
+  answer). They are recorded at release time by running the lab's own grading function, in
+  public mode, on a stand-in submission that records what it is asked, so they are exactly the
+  grader's public cases, and the reference solution is graded against them before anything is
+  written;
+- ``grader/labs/<lab>.py``, three lines: ``GRADERS = table_graders("<lab>")``. A recorded part is
+  graded from its table, with the comparison its lab uses; a part graded by code the edition
+  ships (a default runner of grader/runners.py, which grader/labs falls back to, or a function
+  of another shipped module) is graded by that code; any other part answers "checked by the
+  course grader (not in the student edition)".
+
+Lecture figures that are drawn from the references (a ``figures.py`` importing ``grader.labs``)
+are shipped drawn, without their script.
+
+This file has two sides. Everything above the cut line (the table format and the grading from
+tables) is shipped as the edition's ``grader/release.py``; everything below it (recording the
+tables, writing the edition) stays with the instructors.
+"""
+from __future__ import annotations
+
+import functools
+import importlib
+import json
+import os
+import sys
+
+from . import spec
+
+TABLES_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "public")
+COURSE_GRADER_ONLY = "checked by the course grader (not in the student edition)"
+PUBLIC_NOTE = "public cases; the course grader adds hidden ones"
+_TUPLE, _OFFSET = "__tuple__", "__offset__"
+
+
+# ---------------------------------------------------------------- the tables (JSON)
+
+def encode(x):
+    """A JSON-able form of a case's arguments or answer; tuples stay tuples through decode()."""
+    if isinstance(x, TableOffset):
+        return {_OFFSET: x.name}
+    if isinstance(x, tuple):
+        return {_TUPLE: [encode(v) for v in x]}
+    if isinstance(x, list):
+        return [encode(v) for v in x]
+    if isinstance(x, dict):
+        if not all(isinstance(k, str) for k in x) or _TUPLE in x or _OFFSET in x:
+            raise TypeError(f"cannot record a dictionary with keys {list(x)!r}")
+        return {k: encode(v) for k, v in x.items()}
+    if x is None or isinstance(x, (bool, int, float, str)):
+        return x
+    if hasattr(x, "__index__"):
+        return int(x.__index__())
+    raise TypeError(f"cannot record an object of type {type(x).__name__}")
+
+
+def decode(x, offsets: dict | None = None):
+    if isinstance(x, list):
+        return [decode(v, offsets) for v in x]
+    if isinstance(x, dict):
+        if _TUPLE in x:
+            return tuple(decode(v, offsets) for v in x[_TUPLE])
+        if _OFFSET in x:
+            o = (offsets or {})[x[_OFFSET]]
+            return TableOffset(x[_OFFSET], o["shape"], o["values"])
+        return {k: decode(v, offsets) for k, v in x.items()}
+    return x
+
+
+class TableOffset:
+    """An offset function ``offset(r, c)`` of a tile, given by its values in row-major order (the
+    layouts lab 3's address-pattern functions are called with)."""
+
+    def __init__(self, name: str, shape, values):
+        self.name, self.shape, self.values = name, tuple(shape), list(values)
+
+    def __call__(self, r, c):
+        return self.values[int(r) * self.shape[1] + int(c)]
+
+    def __repr__(self) -> str:
+        return f"<offset: {self.name}>"
+
+
+@functools.lru_cache(maxsize=None)
+def load_table(lab: str) -> dict:
+    with open(os.path.join(TABLES_DIR, f"{lab}.json")) as f:
+        return json.load(f)
+
+
+# ---------------------------------------------------------------- comparisons (as the labs make them)
+
+def _norm(x):
+    """Lists and tuples (nested) to tuples, integral floats and integer-like numbers to int."""
+    if isinstance(x, dict):
+        return {k: _norm(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return tuple(_norm(v) for v in x)
+    if isinstance(x, bool) or x is None:
+        return x
+    if isinstance(x, float) and x.is_integer():
+        return int(x)
+    if hasattr(x, "__index__"):
+        try:
+            return int(x.__index__())
+        except TypeError:
+            return x
+    return x
+
+
+def _same(got, exp, how) -> bool:
+    if isinstance(exp, (list, tuple)) and not isinstance(got, (list, tuple, dict, str)) and hasattr(got, "__iter__"):
+        got = list(got)
+    try:
+        return _norm(got) == _norm(exp)
+    except Exception:  # noqa: BLE001 - an odd answer is a wrong answer
+        return False
+
+
+def _sorted_values(x):
+    """The order of the entries of a dictionary's lists does not matter."""
+    if isinstance(x, dict):
+        return {k: sorted(_norm(v)) if isinstance(v, (list, tuple, set)) else v for k, v in x.items()}
+    return x
+
+
+def _same_sorted(got, exp, how) -> bool:
+    try:
+        return _same(_sorted_values(got), _sorted_values(exp), how)
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def _close(got, exp, how) -> bool:
+    from .compare import close_scalar
+    return close_scalar(got, exp, rel=how["rel"])
+
+
+def _time_bound(got, exp, how) -> bool:
+    from .compare import close_scalar
+    try:
+        t, bound = got
+    except (TypeError, ValueError):
+        return False
+    return close_scalar(t, exp[0], rel=how["rel"]) and bound == exp[1]
+
+
+def _same_int(got, exp, how) -> bool:
+    try:
+        return int(got) == exp and float(got) == float(exp)
+    except (TypeError, ValueError):
+        return False
+
+
+def _int_rows(got, exp, how) -> bool:
+    try:
+        return [[int(x) for x in row] for row in got] == exp
+    except (TypeError, ValueError):
+        return False
+
+
+def _evaluate(layout, r: int, c: int, shape) -> dict:
+    """A TIRx layout at logical (r, c) of ``shape``: {axis: value}, zero entries dropped."""
+    return {str(k): int(v) for k, v in layout.apply(r, c, shape=list(shape)).items() if int(v) != 0}
+
+
+def _layout(got, exp, how):
+    """``got`` must be a TIRx layout that gives the recorded values at the recorded elements."""
+    from tvm.tirx.layout import Layout
+    if not isinstance(got, Layout):
+        return False, f"returned {type(got).__name__}, not a TileLayout/ComposeLayout"
+    for i, j, want in exp["points"]:
+        have = _evaluate(got, i, j, exp["shape"])
+        if have != want:
+            return False, f"at ({i}, {j}) apply gives {have}, expected {want}"
+    return True, ""
+
+
+COMPARE = {"same": _same, "same_sorted": _same_sorted, "close": _close, "time_bound": _time_bound,
+           "int": _same_int, "int_rows": _int_rows, "layout": _layout}
+
+
+def _short(x, limit: int = 90) -> str:
+    text = repr(x)
+    return text if len(text) <= limit else text[:limit - 5] + " ...]"
+
+
+# ---------------------------------------------------------------- what a part checks besides its cases
+
+def _figure(module, extra: dict, offsets: dict) -> tuple[bool, str]:
+    """The plotting function draws something; what it draws is the course grader's business."""
+    from .labs import common
+    args = decode(extra["args"], offsets)
+    if hasattr(common, "figure"):
+        axes = common.figure(module, extra["fn"], *args)
+        drawn = any(ax.get("lines") or ax.get("points") or ax.get("images") for ax in axes)
+        msg = f"{extra['fn']} drew a figure" if drawn else f"{extra['fn']} saved no figure (or an empty one)"
+    else:  # an older grader: a readable, non-blank PNG
+        plot = common.student(module, extra["fn"])
+        drawn, msg = common.plotted_png(lambda path: plot(*args, path), extra["fn"])
+    return drawn, msg + "; its content is checked by the course grader"
+
+
+def _chunked_bijection(module, extra: dict, offsets: dict) -> tuple[bool, str]:
+    """An offset function of a tile that is a bijection onto the tile and keeps every chunk of
+    ``chunk`` elements whole and aligned (what lab 3's transpose kernel needs to store 16 bytes
+    at a time). Its bank conflicts are checked by the course grader."""
+    from .labs import common
+    offset = common.student(module, extra["fn"])
+    (rows, cols), chunk = extra["shape"], extra["chunk"]
+    n, seen, name = rows * cols, set(), extra["fn"]
+    note = "; its bank conflicts are checked by the course grader"
+    for i in range(rows):
+        for j in range(cols):
+            o = offset(i, j)
+            try:
+                o = int(o)
+            except (TypeError, ValueError):
+                return False, f"{name}({i}, {j}) returned {o!r}, not an int"
+            if not 0 <= o < n:
+                return False, f"{name}({i}, {j}) = {o} lies outside the tile [0, {n})"
+            seen.add(o)
+            if j % chunk and o != int(offset(i, j - j % chunk)) + j % chunk:
+                return False, f"{name}: the chunk of ({i}, {j - j % chunk}) is not kept whole ({name}({i}, {j}) = {o})"
+            if j % chunk == 0 and o % chunk:
+                return False, f"{name}({i}, {j}) = {o} does not start a chunk (not a multiple of {chunk})"
+    if len(seen) != n:
+        return False, f"{name}: two elements share an offset ({n - len(seen)} offsets unused)"
+    return True, f"{name} is a bijection with whole, aligned chunks" + note
+
+
+EXTRAS = {"figure": _figure, "chunked_bijection": _chunked_bijection}
+
+
+# ---------------------------------------------------------------- grading a part
+
+def grade_from_table(entry: dict, module, ctx):
+    """Grade a part from its recorded public cases: the share of cases answered right, and half
+    of the points for the part's other checks when it has some (a figure, a layout's shape)."""
+    from .context import Outcome
+    from .labs import common
+    offsets = entry.get("offsets", {})
+    total = right = 0
+    wrong, per_fn = [], []
+    for chk in entry["checks"]:
+        fn = common.student(module, chk["fn"])
+        how = chk["compare"]
+        same = COMPARE[how["kind"]]
+        good = 0
+        cases = decode(chk["cases"], offsets)
+        for args, expected in cases:
+            got = fn(*args)
+            verdict = same(got, expected, how)
+            ok, detail = verdict if isinstance(verdict, tuple) else (verdict, "")
+            good += bool(ok)
+            if not ok:
+                call = f"{chk['fn']}({', '.join(_short(a) for a in args)})"
+                wrong.append(f"{call}: {detail}" if detail else f"{call}: got {_short(got, 300)}, "
+                                                                  f"expected {_short(expected, 300)}")
+        total += len(cases)
+        right += good
+        per_fn.append(f"{chk['fn']} {good}/{len(cases)}")
+    frac = right / total if total else 1.0
+    msg = f"{right}/{total} {PUBLIC_NOTE}"
+    if len(per_fn) > 1:
+        msg += " (" + ", ".join(per_fn) + ")"
+    if wrong:
+        msg += "; first wrong: " + wrong[0] + (f" (and {len(wrong) - 1} more)" if len(wrong) > 1 else "")
+    extras = [EXTRAS[e["kind"]](module, e, offsets) for e in entry.get("extras", [])]
+    if extras:
+        frac = 0.5 * frac + 0.5 * sum(ok for ok, _ in extras) / len(extras)
+        msg += " | " + " | ".join(m for _, m in extras)
+    if entry.get("note"):
+        msg += " | " + entry["note"]
+    return Outcome(frac, msg, {"cases": total, "right": right})
+
+
+def course_grader_only(module, ctx):
+    from .context import Outcome
+    from .report import SKIPPED
+    return Outcome(0.0, COURSE_GRADER_ONLY, verdict=SKIPPED)
+
+
+def _shipped(target: str):
+    module_name, _, qualname = target.partition(":")
+
+    def grade(module, ctx):
+        fn = importlib.import_module(module_name)
+        for attr in qualname.split("."):
+            fn = getattr(fn, attr)
+        return fn(module, ctx)
+    return grade
+
+
+def table_graders(lab: str) -> dict:
+    """``GRADERS`` of a lab in the student edition (see the module's docstring). A part graded by
+    the default runner of its kind is left out: grader/labs falls back to that runner."""
+    table = load_table(lab)
+    graders = {}
+    for part in spec.load(lab).parts:
+        if part.id in table["parts"]:
+            graders[part.id] = functools.partial(grade_from_table, table["parts"][part.id])
+        elif part.id in table.get("shipped", {}):
+            graders[part.id] = _shipped(table["shipped"][part.id])
+        elif part.id not in table.get("default_runner", []):
+            graders[part.id] = course_grader_only
+    return graders
+
+
+# ---------------------------------------------------------------- the command
+
+def register(subparsers) -> None:
+    """Add ``release`` to ``python -m grader``."""
+    p = subparsers.add_parser("release", help="write the student edition (no solutions, public cases only) to DIR")
+    p.add_argument("dest", metavar="DIR", help="a new or empty folder (or an earlier edition, with --force)")
+    p.add_argument("--force", action="store_true", help="replace DIR when it holds an earlier student edition")
+    p.set_defaults(func=_cmd_release)
+
+
+def _cmd_release(args) -> int:
+    build = globals().get("build_release")
+    if build is None:
+        print("error: this is the student edition; it has no solutions to release from", file=sys.stderr)
+        return 2
+    try:
+        build(args.dest, force=args.force)
+    except globals()["ReleaseError"] as e:     # defined on the instructors' side, with build_release
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+# ======== instructor side: not shipped (the edition's grader/release.py ends above this line) ========
+
+import contextlib  # noqa: E402
+import re  # noqa: E402
+import shutil  # noqa: E402
+import subprocess  # noqa: E402
+import tempfile  # noqa: E402
+
+CUT = "# ======== instructor side: not shipped (the edition's grader/release.py ends above this line) ========"
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SOLUTIONS = os.path.join(REPO_ROOT, "solutions")
+MARKER = ".student-edition"
+
+# How each lab compares an answer with the expected one, per student function ("*": the rest).
+# "close" and "time_bound" use the part's params["rel_tol"]. A new lab adds its line here.
+COMPARISONS = {
+    "lab1_roofline": {"predict": "time_bound", "*": "close"},
+    "lab2_tma": {"*": "same"},
+    "lab3_layout_swizzle": {"swizzle_chunks": "int_rows", "*": "int"},
+    "lab4_gemm": {"same_tiles": "same_sorted", "*": "same"},
+}
+
+# Edits to copies of shared files, so that they fit the edition: (path, old, new, why).
+PATCHES = [
+    ("grader/notebook.py", "assert res.verdict == report.PASSED, res.message",
+     "assert res.verdict in (report.PASSED, report.SKIPPED), res.message",
+     "a part the edition cannot check (a kernel part) is skipped, not failed, in a check cell"),
+    ("pyproject.toml", '"specs/*.lock"]', '"specs/*.lock", "public/*.json"]',
+     "the public tables are package data"),
+]
+
+
+class ReleaseError(Exception):
+    pass
+
+
+class _NotRecordable(Exception):
+    """The part's grading function does more than call the submission on a table of cases."""
+
+
+# ---------------------------------------------------------------- recording the public cases
+
+class _Token:
+    """What a recording function returns while a composite call is traced."""
+
+
+class _Recording:
+    def __init__(self, owner: "_StandIn", name: str):
+        self.owner, self.name = owner, name
+
+    def __call__(self, *args, **kwargs):
+        if kwargs or self.owner.tracing is None:
+            self.owner.misused = True
+            raise _NotRecordable(f"{self.name}() is called outside a table of cases")
+        token = _Token()
+        self.owner.tracing.append((self.name, args, token))
+        return token
+
+
+class _StandIn:
+    """A stand-in submission: each function the grading function asks for records its calls."""
+
+    def __init__(self):
+        self.tracing: list | None = None
+        self.misused = False
+
+    def __getattr__(self, name: str):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return _Recording(self, name)
+
+    def trace(self, call) -> tuple[object, list]:
+        self.tracing = []
+        try:
+            result = call()
+            return result, self.tracing
+        finally:
+            self.tracing = None
+
+
+def _match(result, expected, found: dict) -> None:
+    """Pair each token in ``result`` with the part of ``expected`` at the same place."""
+    if isinstance(result, _Token):
+        found[id(result)] = expected
+    elif isinstance(result, dict) and isinstance(expected, dict):
+        for k, v in result.items():
+            if k in expected:
+                _match(v, expected[k], found)
+    elif isinstance(result, (list, tuple)) and isinstance(expected, (list, tuple)) and len(result) == len(expected):
+        for a, b in zip(result, expected):
+            _match(a, b, found)
+
+
+@contextlib.contextmanager
+def _patched(patches):
+    saved = [(obj, name, getattr(obj, name)) for obj, name, _ in patches]
+    try:
+        for obj, name, value in patches:
+            setattr(obj, name, value)
+        yield
+    finally:
+        for obj, name, value in saved:
+            setattr(obj, name, value)
+
+
+def _public_context(lab_spec, part):
+    from . import hardware, inputs
+    from .context import Context
+    device = hardware.Device(False, "", None, "", "recording the public cases")
+    return Context(lab_spec, part, inputs.PUBLIC_SEED, device, public_only=True)
+
+
+def _comparison(lab: str, part, fn: str) -> dict:
+    rules = COMPARISONS.get(lab)
+    if rules is None:
+        raise ReleaseError(f"{lab}: say how its answers are compared in COMPARISONS (grader/release.py)")
+    kind = rules.get(fn, rules["*"])
+    how = {"kind": kind}
+    if kind in ("close", "time_bound"):
+        how["rel"] = float(part.params["rel_tol"])
+    return how
+
+
+def _capture(lab_module, lab: str, part, ctx) -> dict:
+    """Run the part's grading function in public mode on a stand-in submission, with the labs'
+    case helpers (common.grade_cases, a lab's _grade_named, common.figure) replaced by recorders."""
+    from .context import Outcome
+    from .labs import common
+    standin = _StandIn()
+    cases: dict[str, list] = {}
+    extras: list[dict] = []
+
+    def add(name, args, expected):
+        cases.setdefault(name, []).append((tuple(args), expected))
+
+    def grade_cases(fn, table, same=None, label=None):
+        for args, expected in table:
+            if isinstance(fn, _Recording):
+                add(fn.name, args, expected)
+                continue
+            result, calls = standin.trace(lambda: fn(*args))
+            found: dict = {}
+            _match(result, expected, found)
+            for name, call_args, token in calls:
+                if id(token) not in found:
+                    raise _NotRecordable(f"cannot tell which expected answer belongs to {name}()")
+                add(name, call_args, found[id(token)])
+        return Outcome(1.0, "recorded", {"cases": len(table), "right": len(table)})
+
+    def grade_named(fns, table):
+        for name, args, expected in table:
+            add(getattr(fns[name], "name", name), args, expected)
+        return Outcome(1.0, "recorded", {"cases": len(table), "right": len(table)})
+
+    def figure(module, name, *args):
+        extras.append({"kind": "figure", "fn": name, "args": encode(list(args))})
+        return []
+
+    def plotted_png(plot, who, min_size=(300, 200)):
+        path = "<figure path>"
+        _, calls = standin.trace(lambda: plot(path))
+        if len(calls) != 1 or not calls[0][1] or calls[0][1][-1] != path:
+            raise _NotRecordable("a figure check that is not one call of a plotting function")
+        extras.append({"kind": "figure", "fn": calls[0][0], "args": encode(list(calls[0][1][:-1]))})
+        return True, "recorded"
+
+    patches = [(common, "grade_cases", grade_cases)]
+    patches += [(common, n, f) for n, f in (("figure", figure), ("plotted_png", plotted_png)) if hasattr(common, n)]
+    if hasattr(lab_module, "_grade_named"):
+        patches.append((lab_module, "_grade_named", grade_named))
+    with _patched(patches):
+        lab_module.GRADERS[part.id](standin, ctx)
+    if standin.misused or not cases:
+        raise _NotRecordable("the grading function calls the submission outside its tables of cases")
+    checks = [{"fn": fn, "compare": _comparison(lab, part, fn),
+               "cases": [[[encode(a) for a in args], encode(exp)] for args, exp in table]}
+              for fn, table in cases.items()]
+    return {"checks": checks, "extras": extras}
+
+
+# Parts whose grading functions do more than tables of calls: recorded here, by hand, from the
+# lab's own case generators and references. Best effort: a part these no longer fit (its lab
+# changed) is left to the course grader, with a warning.
+
+def _lab3_layouts(L, lab, part, ctx) -> dict:
+    """Lab 3 a_layouts: each layout function's answer, evaluated at the grader's elements."""
+    from tvm.tirx.layout import tmem_datapath_layout, wg_local_layout
+
+    from . import inputs
+    r = inputs.rng(L.LAB, ctx.part.id + "-elements", ctx.seed)
+    checks = []   # (function, args, shape, expect(i, j))
+    for shape, tile in L._shape_cases(ctx, L.PUBLIC_TILED, L._random_tile):
+        checks.append(("layout_row_major", (shape,), shape,
+                       lambda i, j, s=shape: L._nonzero({"m": L.ref_row_major(i, j, s)})))
+        checks.append(("layout_col_major", (shape,), shape,
+                       lambda i, j, s=shape: L._nonzero({"m": L.ref_col_major(i, j, s)})))
+        checks.append(("layout_tiled", (shape, tile), shape,
+                       lambda i, j, s=shape, t=tile: L._nonzero({"m": L.ref_tiled(i, j, s, t)})))
+    for shape, eb, sw in L._shape_cases(ctx, L.PUBLIC_SWIZZLED, L._random_swizzle):
+        lib = L.lib_swizzled(shape, eb, sw)
+        checks.append(("layout_swizzled", (shape, eb, sw), shape, lambda i, j, s=shape, x=lib: L.evaluate(x, i, j, s)))
+    checks.append(("layout_mma_fragment", (), (8, 8), lambda i, j: L._nonzero(L.ref_fragment(i, j))))
+    for cols in (8, 64, 256):
+        lib = wg_local_layout(cols)
+        checks.append(("layout_warpgroup_rows", (cols,), (128, cols),
+                       lambda i, j, s=(128, cols), x=lib: L.evaluate(x, i, j, s)))
+        lib = tmem_datapath_layout("D", 128, 2 * cols)
+        checks.append(("layout_tmem_accumulator", (2 * cols,), (128, 2 * cols),
+                       lambda i, j, s=(128, 2 * cols), x=lib: L.evaluate(x, i, j, s)))
+    cases: dict[str, list] = {}
+    for fn, args, shape, expect in checks:
+        points = [[i, j, expect(i, j)] for i, j in L._elements(shape, r, 64)]
+        cases.setdefault(fn, []).append([[encode(a) for a in args], {"shape": list(shape), "points": points}])
+    return {"checks": [{"fn": fn, "compare": {"kind": "layout"}, "cases": c} for fn, c in cases.items()],
+            "extras": []}
+
+
+def _lab3_patterns(L, lab, part, ctx) -> dict:
+    """Lab 3 b_patterns: the address lists on the grader's public layouts, except the transpose
+    layout (the answer of transpose_smem_offset), and the shape of transpose_smem_offset."""
+    from . import inputs
+    r = inputs.rng(L.LAB, ctx.part.id, ctx.seed)
+    fixed = [("addresses_rows", (0,)), ("addresses_column", (0, 0)), ("addresses_gather", (0, 0))]
+    refs = {"addresses_rows": L.ref_addresses_rows, "addresses_column": L.ref_addresses_column,
+            "addresses_gather": L.ref_addresses_gather}
+    offsets = L._pattern_offsets(r)
+    shape = (L.TILE_ROWS, L.TILE_COLS)
+    tables, cases = {}, {}
+    for name, off in offsets.items():
+        calls = list(fixed) if name != "random chunk permutation" else []
+        for _ in range(2):
+            calls.append(("addresses_rows", (4 * r.randrange(15),)))
+            calls.append(("addresses_column", (r.choice([0, 8, 16, 32]), r.randrange(8))))
+            calls.append(("addresses_gather", (4 * r.randrange(16), r.randrange(8))))
+        if off is L.ref_transpose_offset:
+            continue
+        tables[name] = {"shape": list(shape), "values": [int(off(i, j)) for i in range(shape[0]) for j in range(shape[1])]}
+        ref_off = TableOffset(name, shape, tables[name]["values"])
+        for fn, args in calls:
+            cases.setdefault(fn, []).append([[encode(ref_off)] + [encode(a) for a in args],
+                                             encode(refs[fn](off, *args))])
+    return {"checks": [{"fn": fn, "compare": {"kind": "same"}, "cases": c} for fn, c in cases.items()],
+            "offsets": tables,
+            "extras": [{"kind": "chunked_bijection", "fn": "transpose_smem_offset", "shape": list(shape), "chunk": 8}],
+            "note": "the address patterns on your transpose layout are checked by the course grader"}
+
+
+RECORDERS = {("lab3_layout_swizzle", "a_layouts"): _lab3_layouts,
+             ("lab3_layout_swizzle", "b_patterns"): _lab3_patterns}
+
+
+def _lab_modules() -> set[str]:
+    return {f"{__package__}.labs.{lab}" for lab in spec.lab_names()}
+
+
+def _shipped_target(fn) -> str | None:
+    """``module:qualname`` of a grading function that the edition ships, else None."""
+    mod, qual = getattr(fn, "__module__", None), getattr(fn, "__qualname__", "")
+    if (not mod or not mod.startswith(f"{__package__}.") or mod in _lab_modules() or mod == __name__
+            or "<" in qual):
+        return None
+    return f"{mod}:{qual}"
+
+
+def record_lab(lab: str, progress=print) -> dict:
+    """The public table of a lab: recorded CPU parts, shipped grading functions, the rest."""
+    lab_module = importlib.import_module(f"{__package__}.labs.{lab}")
+    lab_spec = spec.load(lab)
+    own = getattr(lab_module, "GRADERS", {})
+    table = {"lab": lab, "format": 1, "parts": {}, "shipped": {}, "default_runner": [], "course_grader_only": [],
+             "hand_recorded": []}
+    for part in lab_spec.parts:
+        entry = None
+        if not part.needs_gpu and part.kind in ("function", "artifact") and part.id in own:
+            ctx = _public_context(lab_spec, part)
+            recorder = RECORDERS.get((lab, part.id))
+            try:
+                entry = recorder(lab_module, lab, part, ctx) if recorder else _capture(lab_module, lab, part, ctx)
+            except _NotRecordable:
+                entry = None
+            except (AttributeError, KeyError, TypeError) as e:
+                if not recorder:
+                    raise
+                progress(f"  warning: {lab}/{part.id}: the hand-written recorder no longer fits the lab ({e}); "
+                         "left to the course grader")
+        if entry is not None:
+            table["parts"][part.id] = entry
+            if (lab, part.id) in RECORDERS:
+                table["hand_recorded"].append(part.id)
+            continue
+        target = _shipped_target(own.get(part.id))
+        if target:
+            table["shipped"][part.id] = target
+        elif part.id not in own and _has_default_runner(lab, part):
+            table["default_runner"].append(part.id)
+        else:
+            table["course_grader_only"].append(part.id)
+    return table
+
+
+def _has_default_runner(lab: str, part) -> bool:
+    """Graded by the default runner of its kind (grader/runners.py, shipped), as grader/labs
+    falls back to for a part its lab module leaves out."""
+    from . import labs
+    if not hasattr(labs, "grading_function"):
+        return False
+    try:
+        labs.grading_function(lab, part)
+    except KeyError:
+        return False
+    return True
+
+
+def _import_notebook(notebook: str, name: str):
+    import importlib.util
+
+    from . import submission
+    written = submission.write_module(notebook, tempfile.mkdtemp(prefix="grader-release-"))
+    path = getattr(written, "path", written)
+    mod_spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(mod_spec)
+    sys.modules[name] = mod
+    mod_spec.loader.exec_module(mod)
+    return mod
+
+
+def self_check(lab: str, table: dict, progress=print) -> None:
+    """Grade the reference solution from the table: every recorded part must pass. A
+    hand-recorded part that does not is dropped (with a warning); any other is an error."""
+    lab_spec = spec.load(lab)
+    notebook = os.path.join(SOLUTIONS, lab, lab_spec.notebook)
+    reference = _import_notebook(notebook, f"_release_reference_{lab}")
+    for part_id in list(table["parts"]):
+        ctx = _public_context(lab_spec, lab_spec.part(part_id))
+        try:
+            out = grade_from_table(table["parts"][part_id], reference, ctx)
+            ok, why = out.fraction >= 1.0, out.message
+        except Exception as e:  # noqa: BLE001 - reported below
+            ok, why = False, f"{type(e).__name__}: {e}"
+        if ok:
+            continue
+        if part_id in table["hand_recorded"]:
+            progress(f"  warning: {lab}/{part_id}: the reference solution fails its recorded table ({why[:300]}); "
+                     "left to the course grader")
+            del table["parts"][part_id]
+            table["hand_recorded"].remove(part_id)
+            table["course_grader_only"].append(part_id)
+        else:
+            raise ReleaseError(f"{lab}/{part_id}: the reference solution fails its recorded public cases: {why[:500]}")
+
+
+# ---------------------------------------------------------------- what must not leak
+
+def _cells(notebook: str) -> list[str]:
+    with open(notebook) as f:
+        nb = json.load(f)
+    return [c["source"] if isinstance(c["source"], str) else "".join(c["source"]) for c in nb["cells"]]
+
+
+# A statement that only calls something with constants or plain names (`T.cuda.cta_sync()`,
+# `T.ptx.fence.proxy_async("shared::cta")`, `fig.savefig(path)`), or a loop header over such a
+# call (`for i in range(8):`). It names the API that the lectures teach and the skeletons'
+# comments ask for, not a solution.
+_ARG = r"""(?:\w+=)?(?:-?[\d.]+|"[^"]*"|'[^']*'|[A-Za-z_]\w*)"""
+_CALL = rf"[A-Za-z_][\w.]*\(\s*(?:{_ARG}\s*(?:,\s*{_ARG}\s*)*,?)?\)"
+TRIVIAL = re.compile(rf"^(?:{_CALL}|for \w+(?:, \w+)* in {_CALL}:)$")
+
+
+def trivial(line: str) -> bool:
+    return bool(TRIVIAL.match(re.sub(r"\s+#.*$", "", line.strip())))
+
+
+def solution_lines(notebook: str) -> list[str]:
+    """Every line between BEGIN/END SOLUTION and BEGIN/END HIDDEN TESTS of a notebook that says
+    something: longer than 12 characters, not a comment, not trivial()."""
+    out = []
+    for src in _cells(notebook):
+        inside = False
+        for line in src.splitlines():
+            if re.search(r"### (BEGIN|END) (SOLUTION|HIDDEN TESTS)", line):
+                inside = "BEGIN" in line
+                continue
+            s = line.strip()
+            if inside and len(s) > 12 and not s.startswith("#") and not trivial(s):
+                out.append(s)
+    return out
+
+
+def secret_lines(root: str = REPO_ROOT) -> dict[str, str]:
+    """Solution line -> its lab, for every lab; less the lines that another lab's student
+    notebook gives (a later lab's skeleton gives code an earlier lab asked for: lab 4 allocates
+    shared memory the way lab 2's solution does)."""
+    labs = spec.lab_names()
+    given = {lab: {line.strip() for src in _cells(os.path.join(root, "assignments", lab, spec.load(lab).notebook))
+                   for line in src.splitlines()} for lab in labs}
+    secret = {}
+    for lab in labs:
+        for s in solution_lines(os.path.join(root, "solutions", lab, spec.load(lab).notebook)):
+            if not any(s in given[other] for other in labs if other != lab):
+                secret.setdefault(s, lab)
+    return secret
+
+
+def leaks(dest: str) -> list[str]:
+    """Solution text or reference code in the edition: one message each."""
+    secret = secret_lines()
+    found = []
+    for dirpath, dirnames, files in os.walk(dest):
+        dirnames[:] = [d for d in dirnames if d not in ("__pycache__", "_build", "generated")]
+        if os.path.relpath(dirpath, dest).split(os.sep)[0] == "solutions":
+            found.append("a solutions/ folder")
+        for f in files:
+            path = os.path.join(dirpath, f)
+            try:
+                with open(path, encoding="utf-8") as fh:
+                    text = fh.read()
+            except (UnicodeDecodeError, OSError):
+                continue
+            rel = os.path.relpath(path, dest)
+            if re.search(r"^\s*def ref_", text, re.M):
+                found.append(f"{rel}: defines ref_* functions")
+            if "BEGIN SOLUTION" in text or "BEGIN HIDDEN TESTS" in text:
+                found.append(f"{rel}: nbgrader solution or hidden-test markers")
+            for s, lab in secret.items():
+                if s in text:
+                    found.append(f"{rel}: a solution line of {lab}: {s[:80]!r}")
+                    break
+    return found
+
+
+# ---------------------------------------------------------------- writing the edition
+
+STUDENT_README = """\
+# Modern GPU Kernels: Hopper and Blackwell in TIRx (student edition)
+
+Labs on writing fast GPU kernels for NVIDIA Hopper (H100/H200, `sm_90a`) and Blackwell (B200,
+`sm_100a`) in TIRx, the kernel language of Apache TVM (`tvm.tirx`). This is the students'
+edition of the course: the lab notebooks, the lecture notes and the course's checker, with the
+public test cases only. There are no reference solutions here.
+
+{labs}
+
+## Set up
+
+Python 3.10 or newer, in a fresh virtual environment:
+
+```bash
+python -m pip install torch==2.13.0 -e .
+```
+
+This installs TVM 0.26.0, PyTorch, Jupyter, matplotlib, Sphinx, and NVIDIA's CUDA compiler pieces
+from pip, so every kernel compiles for `sm_90a` and `sm_100a` on any Linux x86-64 machine, with or
+without a GPU. On a machine without a GPU you can install the small CPU build of torch first
+(`python -m pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu`). Conda
+users: `conda env create -f environment.yml`.
+
+## Working on a lab
+
+1. Read the lab's lecture notes (`lectures/<lab>/index.md`, or build the site, below), then
+   `jupyter lab assignments/lab1_roofline/lab1_roofline.ipynb`.
+2. Write your code where a cell says `# YOUR CODE HERE` and replace the `todo("...")` line. Only
+   those cells are your submission; keep the function names of the skeleton.
+3. Run each part's check cell as you go. It runs the part's public cases and says what is wrong.
+   The parts that need a GPU, and the kernel parts, say "checked by the course grader (not in the
+   student edition)" or "skipped" here: the course grader checks them, with hidden cases.
+4. Check the saved notebook from a terminal:
+
+   ```bash
+   python -m grader check lab1_roofline --public --submission assignments/lab1_roofline/lab1_roofline.ipynb
+   python -m grader compile lab1_roofline --submission assignments/lab1_roofline/lab1_roofline.ipynb
+   ```
+
+   The second command compiles your kernels for `sm_90a` and `sm_100a` (no GPU needed) and writes
+   their CUDA source, PTX, cubin and SASS under `build/kernels/`, for reading.
+5. Submit the notebook as your course tells you. Your grade comes from the course grader, which
+   also runs hidden cases and times the kernels on a GPU.
+
+Scores are shown rounded to two decimals.
+
+## Lecture notes
+
+```bash
+python -m sphinx -W -b html lectures lectures/_build/html
+```
+"""
+
+GITIGNORE = """\
+__pycache__/
+*.pyc
+*.egg-info/
+build/
+lectures/_build/
+.ipynb_checkpoints/
+"""
+
+STUB = '''\
+"""{title}: the student edition's grading (written by `python -m grader release`).
+
+The public cases of the CPU parts are graded from grader/public/{lab}.json; see grader/release.py."""
+from ..release import table_graders
+
+GRADERS = table_graders("{lab}")
+'''
+
+
+def _labs_table() -> str:
+    rows = ["| lab | topic |", "|---|---|"]
+    rows += [f"| `{lab}` | {spec.load(lab).title} |" for lab in spec.lab_names()]
+    return "\n".join(rows)
+
+
+def _source_commit() -> str:
+    try:
+        out = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=REPO_ROOT, capture_output=True,
+                             text=True, timeout=30)
+        return out.stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def _check_dest(dest: str, force: bool) -> None:
+    dest_real = os.path.realpath(dest)
+    for folder in ("assignments", "lectures", "grader", "solutions", "reports"):
+        src = os.path.realpath(os.path.join(REPO_ROOT, folder))
+        if dest_real == src or dest_real.startswith(src + os.sep):
+            raise ReleaseError(f"{dest} lies inside {folder}/: choose a folder outside the course's sources")
+    if dest_real == os.path.realpath(REPO_ROOT):
+        raise ReleaseError("the destination is the repository itself")
+    if os.path.exists(dest) and not os.path.isdir(dest):
+        raise ReleaseError(f"{dest} is a file")
+    if os.path.isdir(dest) and os.listdir(dest) and not (force and os.path.exists(os.path.join(dest, MARKER))):
+        raise ReleaseError(f"{dest} is not empty (with --force, an earlier student edition is replaced)")
+
+
+def _prepare(dest: str, force: bool) -> None:
+    _check_dest(dest, force)
+    if os.path.isdir(dest) and os.listdir(dest):
+        shutil.rmtree(dest)
+    os.makedirs(dest, exist_ok=True)
+
+
+def _copy_grader(dest: str) -> None:
+    skip = {os.path.join("labs", f"{lab}.py") for lab in spec.lab_names()} | {"release.py"}
+    src_root = os.path.join(REPO_ROOT, "grader")
+    for dirpath, dirnames, files in os.walk(src_root):
+        dirnames[:] = [d for d in dirnames if d not in ("__pycache__", "public")]
+        rel_dir = os.path.relpath(dirpath, src_root)
+        os.makedirs(os.path.join(dest, "grader", rel_dir), exist_ok=True)
+        for f in files:
+            rel = os.path.normpath(os.path.join(rel_dir, f))
+            if rel in skip or f.endswith((".pyc", ".pyo")):
+                continue
+            shutil.copy2(os.path.join(dirpath, f), os.path.join(dest, "grader", rel))
+    with open(__file__) as f:
+        text = f.read()
+    lines = text.split("\n")
+    cut = next((i for i, ln in enumerate(lines) if ln == CUT), None)
+    if cut is None:
+        raise ReleaseError("grader/release.py lost its cut line")
+    with open(os.path.join(dest, "grader", "release.py"), "w") as f:
+        f.write("\n".join(lines[:cut]).rstrip() + "\n")
+    for lab in spec.lab_names():
+        with open(os.path.join(dest, "grader", "labs", f"{lab}.py"), "w") as f:
+            f.write(STUB.format(lab=lab, title=spec.load(lab).title))
+
+
+def _copy_lectures(dest: str, ignore, progress) -> None:
+    """The lecture notes with their figures drawn. A figure script that draws from the grader's
+    references (``grader.labs.<lab>``) is left out and its figures are shipped drawn."""
+    scripts = sorted(p for p in os.listdir(os.path.join(REPO_ROOT, "lectures"))
+                     if os.path.isfile(os.path.join(REPO_ROOT, "lectures", p, "figures.py")))
+    for lab in scripts:
+        folder = os.path.join(REPO_ROOT, "lectures", lab)
+        proc = subprocess.run([sys.executable, "figures.py"], cwd=folder, capture_output=True, text=True)
+        if proc.returncode:
+            raise ReleaseError(f"lectures/{lab}/figures.py failed: {proc.stderr[-2000:]}")
+    shutil.copytree(os.path.join(REPO_ROOT, "lectures"), os.path.join(dest, "lectures"), ignore=ignore)
+    for lab in scripts:
+        script = os.path.join(dest, "lectures", lab, "figures.py")
+        with open(script) as f:
+            if re.search(r"^\s*(from|import)\s+grader\.labs\b", f.read(), re.M):
+                os.remove(script)
+                progress(f"  lectures/{lab}: figures shipped drawn (its script draws from the references)")
+
+
+def _patch(dest: str) -> None:
+    for rel, old, new, why in PATCHES:
+        path = os.path.join(dest, rel)
+        with open(path) as f:
+            text = f.read()
+        if old not in text:
+            raise ReleaseError(f"{rel} changed: the edition needs {why}; update PATCHES in grader/release.py")
+        with open(path, "w") as f:
+            f.write(text.replace(old, new))
+
+
+def build_release(dest: str, force: bool = False, progress=print) -> dict:
+    """Write the student edition to ``dest``; returns the tables recorded. Raises ReleaseError."""
+    if not os.path.isdir(SOLUTIONS):
+        raise ReleaseError(f"no {SOLUTIONS}: the student edition is made from the full repository")
+    dest = os.path.abspath(dest)
+    _check_dest(dest, force)
+    tables = {}
+    for lab in spec.lab_names():
+        progress(f"recording the public cases of {lab} ...")
+        tables[lab] = record_lab(lab, progress)
+        self_check(lab, tables[lab], progress)
+        t = tables[lab]
+        progress(f"  from tables: {', '.join(t['parts']) or '-'}; by shipped code: "
+                 f"{', '.join(list(t['shipped']) + t['default_runner']) or '-'}; "
+                 f"course grader only: {', '.join(t['course_grader_only']) or '-'}")
+    _prepare(dest, force)
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".ipynb_checkpoints", "_build")
+    shutil.copytree(os.path.join(REPO_ROOT, "assignments"), os.path.join(dest, "assignments"), ignore=ignore)
+    _copy_lectures(dest, ignore, progress)
+    _copy_grader(dest)
+    os.makedirs(os.path.join(dest, "grader", "public"), exist_ok=True)
+    for lab, table in tables.items():
+        with open(os.path.join(dest, "grader", "public", f"{lab}.json"), "w") as f:
+            json.dump(table, f, separators=(",", ":"))
+            f.write("\n")
+    for f in ("pyproject.toml", "environment.yml"):
+        shutil.copy2(os.path.join(REPO_ROOT, f), os.path.join(dest, f))
+    _patch(dest)
+    with open(os.path.join(dest, "README.md"), "w") as f:
+        f.write(STUDENT_README.format(labs=_labs_table()))
+    with open(os.path.join(dest, ".gitignore"), "w") as f:
+        f.write(GITIGNORE)
+    with open(os.path.join(dest, MARKER), "w") as f:
+        f.write(f"student edition of the course, made by `python -m grader release` from {_source_commit()}\n")
+    found = leaks(dest)
+    if found:
+        shutil.rmtree(dest)
+        raise ReleaseError("the edition would leak solutions, so it was removed:\n  " + "\n  ".join(found[:20]))
+    progress(f"wrote the student edition to {dest}")
+    return tables
