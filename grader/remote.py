@@ -159,16 +159,55 @@ class KernelRef:
         return path
 
 
+class Table2D:
+    """A function of (i, j) given as a table, so that it can be an argument of a remote call
+    (functions cannot cross the boundary; their values can)."""
+
+    def __init__(self, fn, rows: int, cols: int):
+        self.table = [[int(fn(i, j)) for j in range(cols)] for i in range(rows)]
+
+    def __call__(self, i: int, j: int) -> int:
+        return self.table[i][j]
+
+
+def _encode(x):
+    if isinstance(x, Table2D):
+        return {"__table2d__": x.table}
+    if isinstance(x, (list, tuple)):
+        return [_encode(v) for v in x]
+    if isinstance(x, dict):
+        return {k: _encode(v) for k, v in x.items()}
+    return x
+
+
+class RemoteLayout:
+    """A layout object the submission returned, kept in the child; ``apply`` asks it there."""
+    is_layout = True
+
+    def __init__(self, backend, handle: int, type_name: str):
+        self.backend, self.handle, self.type_name = backend, handle, type_name
+
+    def apply(self, *coords, shape=None) -> dict:
+        reply = self.backend.call("__apply__", [self.handle, list(coords), shape], {})
+        _raise_for(reply, f"{self.type_name}.apply")
+        value = reply.get("value")
+        if not isinstance(value, dict):
+            raise SandboxFailure("layout.apply: an answer of the wrong shape")
+        return value
+
+
 class RemoteFunction:
     def __init__(self, backend, name: str):
         self.backend = backend
         self.name = name
 
     def __call__(self, *args, **kwargs):
-        reply = self.backend.call(self.name, list(args), kwargs)
+        reply = self.backend.call(self.name, _encode(list(args)), _encode(kwargs))
         _raise_for(reply, f"{self.name}()")
         if "kernel" in reply:
             return KernelRef(self.backend, int(reply["kernel"]), self.name, args)
+        if "layout" in reply:
+            return RemoteLayout(self.backend, int(reply["layout"]), str(reply.get("type", "layout")))
         if "value" not in reply:
             raise SandboxFailure(f"{self.name}(): an answer of the wrong shape")
         return reply["value"]

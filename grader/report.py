@@ -118,41 +118,57 @@ def validate(data: dict[str, Any]) -> None:
 _MARK = {PASSED: "PASS", PARTIAL: "PART", FAILED: "FAIL", ERROR: "ERR ", SKIPPED: "SKIP"}
 
 
+DISPLAY_DECIMALS = 2   # points are shown rounded to this; reports keep the exact values
+
+
+def display_points(x: float) -> float:
+    """Points as shown to people (console, Gradescope): rounded to two decimals."""
+    return round(float(x), DISPLAY_DECIMALS) + 0.0   # + 0.0: no "-0"
+
+
+def format_points(x: float) -> str:
+    """``7.333333`` -> ``"7.33"``, ``3.5`` -> ``"3.5"``, ``2.0`` -> ``"2"``."""
+    return f"{display_points(x):.{DISPLAY_DECIMALS}f}".rstrip("0").rstrip(".")
+
+
 def format_line(r: PartResult) -> str:
-    pts = "   -  " if r.verdict == SKIPPED else f"{r.points:5.2f}"
-    return f"  [{_MARK[r.verdict]}] {r.lab}/{r.part:<14} {pts} / {r.max_points:<4g} {r.message}"
+    pts = "   -  " if r.verdict == SKIPPED else f"{display_points(r.points):5.2f}"
+    return f"  [{_MARK[r.verdict]}] {r.lab}/{r.part:<14} {pts} / {format_points(r.max_points):<4} {r.message}"
 
 
 def format_table(results: Iterable[PartResult]) -> str:
+    """One line per part and a total; totals are sums of the exact points, rounded for display."""
     results = list(results)
     lines = [format_line(r) for r in results]
     got = sum(r.points for r in results)
     total = sum(r.max_points for r in results)
     skipped = [r for r in results if r.verdict == SKIPPED]
     gradable = total - sum(r.max_points for r in skipped)
-    lines.append(f"  total {got:g} / {total:g} points"
-                 + (f" ({len(skipped)} part(s) skipped, worth {total - gradable:g}: graded "
-                    f"{got:g} of the {gradable:g} gradable here)" if skipped else ""))
+    fp = format_points
+    lines.append(f"  total {fp(got)} / {fp(total)} points"
+                 + (f" ({len(skipped)} part(s) skipped, worth {fp(total - gradable)}: graded "
+                    f"{fp(got)} of the {fp(gradable)} gradable here)" if skipped else ""))
     return "\n".join(lines)
 
 
 # ---------------------------------------------------------------- exporters
 
 def to_gradescope(report: Report) -> dict[str, Any]:
-    """Gradescope's results.json: one test per part; skipped parts score 0 and say why."""
+    """Gradescope's results.json: one test per part; skipped parts score 0 and say why. Scores
+    are rounded to two decimals (the total from the exact points); the JSON report keeps them exact."""
     tests = []
     for r in report.results:
         tests.append({
             "name": f"{r.lab} / {r.part}: {r.title}",
-            "score": round(r.points, 4),
-            "max_score": r.max_points,
+            "score": display_points(r.points),
+            "max_score": display_points(r.max_points),
             "status": "passed" if r.verdict == PASSED else "failed",
             "output": f"[{r.verdict}] {r.message}",
             "visibility": "visible",
         })
     gpu = report.gpu.get("name") or "no GPU"
     return {
-        "score": round(report.points, 4),
+        "score": display_points(report.points),
         "output": f"graded on {gpu}; inputs {report.seed}; row {report.gpu.get('row', '-')}",
         "tests": tests,
         "visibility": "visible",

@@ -273,7 +273,7 @@ def speed(module, ctx: Context, env: Env | None = None) -> Outcome:
         lines.append(line)
         ratios.append(m["ratio"])
         per_shape.append(m)
-    ratio = ratios[-1]
+    ratio = math.exp(sum(math.log(x) for x in ratios) / len(ratios))
     where = f" on {ctx.device.driver_name}" if ctx.device.driver_name else ""
     mean = (f"geometric mean over {len(ratios)} shapes of the ratio to {prob.baseline_name}" if len(ratios) > 1
             else f"ratio to {prob.baseline_name}")

@@ -34,7 +34,10 @@ import time
 from . import channel
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-HIDDEN_IN_REPO = ("solutions", "reports", "submitted", "autograded", "feedback", "release", "grader-results")
+# Hidden from the child: reference notebooks and answers (grader/labs holds the reference answers
+# of the CPU exercises), recorded reports, and nbgrader's folders of other students' work.
+HIDDEN_IN_REPO = ("solutions", "grader/labs", "reports", "submitted", "autograded", "feedback", "release",
+                  "grader-results", "exchange")
 
 HANG_HINT = ("likely a barrier wait that never completes (an mbarrier phase that never flips, "
              "or an expect_tx byte count that does not match the bytes the copies deliver)")

@@ -283,7 +283,7 @@ def grade_layouts(module, ctx: Context) -> Outcome:
                        (128, 2 * cols), lambda i, j, s=(128, 2 * cols), L=lib: evaluate(L, i, j, s)))
     wrong, total, bad_layouts = [], 0, 0
     for label, layout, shape, expect in checks:
-        if not isinstance(layout, Layout):
+        if not (isinstance(layout, Layout) or getattr(layout, "is_layout", False)):
             bad_layouts += 1
             wrong.append(f"{label} returned {type(layout).__name__}, not a TileLayout/ComposeLayout")
             total += 1
@@ -364,14 +364,17 @@ def grade_counter(module, ctx: Context) -> Outcome:
 
 def _pattern_offsets(r) -> dict:
     """Offset functions of 64-column fp16 tiles the pattern generators are tested with."""
+    from ..remote import Table2D
     perm = list(range(TILE_ROWS * TILE_COLS // 8))
     r.shuffle(perm)
-    return {
+    fns = {
         "row-major": lambda i, j: ref_row_major(i, j, (TILE_ROWS, TILE_COLS)),
         "128B swizzle": lambda i, j: ref_swizzled(i, j, (TILE_ROWS, TILE_COLS), ELEM, 128),
         "interleaved + 128B swizzle": ref_transpose_offset,
         "random chunk permutation": lambda i, j: 8 * perm[(i * TILE_COLS + j) // 8] + j % 8,
     }
+    # Tables, so that they can be passed to the submission's functions in the grader's sandbox.
+    return {k: Table2D(f, TILE_ROWS, TILE_COLS) for k, f in fns.items()}
 
 
 def grade_patterns(module, ctx: Context) -> Outcome:
