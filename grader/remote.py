@@ -58,12 +58,14 @@ class ChildBackend:
             raise SandboxFailure(self.import_failure)
         if self.session.alive:
             return
+        t0 = time.monotonic()
         try:
             self.session.start(self.import_timeout)
         except SandboxFailure as e:
             self.import_failure = self.relocate(str(e))
             raise SandboxFailure(self.import_failure) from None
         self.cell_errors = [self.relocate(c) for c in self.session.cell_errors]
+        self.deadline += time.monotonic() - t0      # running the cells has its own time limit
 
     def _request(self, msg: dict) -> dict:
         self.ensure_started()

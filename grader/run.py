@@ -99,6 +99,7 @@ class Harness:
         backend.deadline = deadline
         channel.send(self.sock, job)
         while True:
+            deadline = max(deadline, backend.deadline)      # the child's start-up is not the part's time
             try:
                 msg = channel.recv(self.sock, max(0.0, deadline - time.monotonic()))
             except channel.ChannelTimeout:
@@ -190,6 +191,8 @@ def check_lab(lab: str, submission_path: str | None, seed: int, device: hardware
                 ctx = Context(lab_spec, part, seed, device, public_only=public_only)
                 res = outcome_to_result(ctx, lambda: labs.grade(lab, part.id, remote.RemoteSubmission(backend), ctx))
             res.message = module.relocate(res.message)
+            if module.problems and res.verdict in (report.ERROR, report.FAILED):
+                res.message += "\nCells left out of your module: " + " | ".join(module.problems)
             if backend.cell_errors and res.verdict in (report.ERROR, report.FAILED):
                 res.message += "\nCells that raised when run: " + " | ".join(c.splitlines()[0] for c in backend.cell_errors)
             res.measurements["elapsed_s"] = round(time.monotonic() - start, 3)

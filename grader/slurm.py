@@ -69,7 +69,7 @@ class SlurmConfig:
     partition: str | None = None
     qos: str | None = None
     gres: str = "gpu:1"
-    cpus_per_task: int = 4
+    cpus_per_task: int | None = None   # Slurm's default (1) when unset
     mem: str | None = None
     time_minutes: int | None = None
     chunk: int = 1
@@ -136,14 +136,13 @@ def render_script(lab: str, run_dir: str, manifest_path: str, n_tasks: int, cfg:
              f"#SBATCH --job-name=grade-{lab}",
              f"#SBATCH --array=0-{n_tasks - 1}{throttle}",
              f"#SBATCH --time={minutes}",
-             f"#SBATCH --cpus-per-task={cfg.cpus_per_task}",
              f"#SBATCH --output={os.path.join(run_dir, 'task-%a.out')}",
              "#SBATCH --export=ALL"]
     if cfg.gres:
         lines.append(f"#SBATCH --gres={cfg.gres}")
-    for key in ("account", "partition", "qos", "mem"):
+    for key in ("cpus_per_task", "account", "partition", "qos", "mem"):
         if getattr(cfg, key):
-            lines.append(f"#SBATCH --{key}={getattr(cfg, key)}")
+            lines.append(f"#SBATCH --{key.replace('_', '-')}={getattr(cfg, key)}")
     lines += [f"#SBATCH {a}" for a in cfg.sbatch_args]
     lines += ["# Written by python -m grader batch --slurm: one task grades its submissions "
               "(the tasks in manifest.json).", "set -u"]
@@ -195,20 +194,22 @@ def _expand(ids: str) -> list[int]:
 
 
 def live_tasks(job_ids: list[str]) -> dict[tuple[str, int], str]:
-    """(job id, task index) -> state, for the array tasks still pending or running."""
+    """(job id, task index) -> state (with the reason when pending, e.g. ``PENDING (Resources)``),
+    for the array tasks still pending or running."""
     if not job_ids:
         return {}
-    proc = _run(["squeue", "-h", "-r", "-j", ",".join(job_ids), "-o", "%F %K %T"])
+    proc = _run(["squeue", "-h", "-r", "-j", ",".join(job_ids), "-o", "%F %K %T %r"])
     if proc.returncode != 0:
         if "Invalid job id" in proc.stderr:    # every job already left the queue
             return {}
         raise SlurmError(f"squeue failed: {proc.stderr.strip()}")
     live = {}
     for line in proc.stdout.splitlines():
-        fields = line.split()
-        if len(fields) == 3 and fields[2] in LIVE_STATES:
+        fields = line.split(None, 3)
+        if len(fields) >= 3 and fields[2] in LIVE_STATES:
+            state = fields[2] + (f" ({fields[3]})" if fields[2] == "PENDING" and len(fields) > 3 else "")
             for i in _expand(fields[1]):
-                live[(fields[0], i)] = fields[2]
+                live[(fields[0], i)] = state
     return live
 
 
@@ -343,6 +344,7 @@ def wait(manifest_path: str, poll_s: float, progress: batch.Progress | None = No
     """Until no task of the manifest's jobs is pending or running."""
     failures = 0
     seen: set[str] = set()
+    reasons_shown: set[str] = set()
     while True:
         m = batch.read_json(manifest_path)
         job_ids = sorted({s["job_id"] for s in m["submissions"]})
@@ -365,6 +367,13 @@ def wait(manifest_path: str, poll_s: float, progress: batch.Progress | None = No
             progress.show()
         if not live:
             return
+        # A reason that will not go away by waiting (PartitionConfig: more CPUs, memory or time
+        # than the partition allows; a bad account) is worth seeing at once.
+        for reason in sorted({s for s in live.values() if s.startswith("PENDING (")} - reasons_shown):
+            if not re.search(r"\((None|Resources|Priority|JobArrayTaskLimit|BeginTime)\)", reason):
+                print(f"\nwaiting: tasks {reason}; see `squeue -r -j {','.join(sorted({j for j, _ in live}))}`",
+                      file=sys.stderr, flush=True)
+            reasons_shown.add(reason)
         time.sleep(poll_s)
 
 

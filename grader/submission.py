@@ -158,15 +158,17 @@ def write_module(notebook_path: str, out_dir: str) -> Module:
 
 def _code_only(src: str) -> str:
     """The source with comments and string literals blanked (advice looks at code only)."""
-    out = []
+    out, prev_word = [], False
     try:
         for tok in tokenize.generate_tokens(io.StringIO(src).readline):
             if tok.type in (tokenize.COMMENT, tokenize.STRING):
                 continue
-            out.append(tok.string)
+            word = tok.type in (tokenize.NAME, tokenize.NUMBER)
+            out.append((" " if word and prev_word else "") + tok.string)
+            prev_word = word
     except (tokenize.TokenError, IndentationError, SyntaxError):
         return src
-    return " ".join(out)
+    return "".join(out)
 
 
 def advice(module: Module) -> list[str]:

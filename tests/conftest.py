@@ -9,7 +9,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from grader import hardware, inputs, report, run, spec, submission, worker  # noqa: E402
+from grader import hardware, inputs, report, run, spec, submission  # noqa: E402
 
 
 def pytest_collection_modifyitems(config, items):
@@ -74,36 +74,26 @@ def device():
     return hardware.detect()
 
 
-def grade_in_process(lab, notebook, parts, workdir, seed=inputs.PUBLIC_SEED):
-    """Grade CPU parts of a notebook as the sandbox's worker does (module file, static rules,
-    import, grading function, verdict file), in this process: TVM is imported once, not once per
-    part. The subprocess path itself is tested in tests/grader/test_sandbox.py and test_cli.py."""
-    lab_spec = spec.load(lab)
-    os.makedirs(workdir, exist_ok=True)
-    module_path = submission.write_module(notebook, str(workdir))
-    with open(module_path) as f:
-        assert not submission.static_violations(f.read())
-    results = {}
-    for part in parts:
-        assert not lab_spec.part(part).needs_gpu, part
-        job = {"lab": lab, "part": part, "module_path": module_path, "seed": seed,
-               "result_path": os.path.join(str(workdir), f"{part}.json"), "public_only": False}
-        job_path = os.path.join(str(workdir), f"{part}.job.json")
-        with open(job_path, "w") as f:
-            json.dump(job, f)
-        worker.main(job_path)
-        with open(job["result_path"]) as f:
-            results[part] = report.PartResult(**json.load(f))
-    return results
+def import_notebook(notebook, workdir, name="submission"):
+    """Import a notebook's module cells in this process. For tests of reference code and of lab
+    internals only: the grader itself never imports a submission (see grader/sandbox.py)."""
+    import importlib.util
+    module = submission.write_module(notebook, str(workdir))
+    mod_spec = importlib.util.spec_from_file_location(name, module.path)
+    mod = importlib.util.module_from_spec(mod_spec)
+    sys.modules[name] = mod
+    mod_spec.loader.exec_module(mod)
+    return mod
+
+
+def grade_in_process(lab, notebook, parts, workdir=None, seed=inputs.PUBLIC_SEED):
+    """Grade parts of a notebook exactly as `python -m grader check` does (one sandboxed child
+    for the notebook, trusted grading here); {part: PartResult}."""
+    results = run.check_lab(lab, notebook, seed, hardware.detect(), parts=list(parts), progress=lambda m: None)
+    return {r.part: r for r in results}
 
 
 def grade_notebook(lab, notebook, workdir, device):
-    """Every part of a notebook: CPU parts in this process, GPU parts through the sandbox (a
-    subprocess each, with its time limit; skipped with the reason when there is no GPU)."""
-    lab_spec = spec.load(lab)
-    results = grade_in_process(lab, notebook, [p.id for p in lab_spec.parts if not p.needs_gpu], workdir)
-    gpu_parts = [p.id for p in lab_spec.parts if p.needs_gpu]
-    if gpu_parts:
-        for r in run.check_lab(lab, notebook, inputs.PUBLIC_SEED, device, parts=gpu_parts, progress=lambda m: None):
-            results[r.part] = r
-    return results
+    """Every part of a notebook (GPU parts skipped, with the reason, where there is no GPU)."""
+    results = run.check_lab(lab, notebook, inputs.PUBLIC_SEED, device, progress=lambda m: None)
+    return {r.part: r for r in results}

@@ -1,4 +1,5 @@
 import json
+import re
 
 import pytest
 
@@ -55,3 +56,32 @@ def test_gradescope_export(tmp_path):
 
 def test_nbgrader_score_is_partial_points():
     assert report.nbgrader_score(_results()[1]) == 1.5
+
+
+def _thirds():
+    return [
+        report.PartResult("lab4_gemm", "s3_speed", "S", 2 / 3, 2.0, report.PARTIAL, "0.5x", True),
+        report.PartResult("lab4_gemm", "s4_speed", "T", 3 * 0.7777777, 3.0, report.PARTIAL, "0.7x", True),
+        report.PartResult("lab4_gemm", "a_desc", "D", 2.0, 2.0, report.PASSED, "ok"),
+    ]
+
+
+def test_points_are_rounded_for_display_only(tmp_path):
+    results = _thirds()
+    text = report.format_table(results)
+    assert " 0.67 / 2 " in text and " 2.33 / 3 " in text and " 2.00 / 2 " in text
+    assert "total 5 / 7 points" in text             # 0.6667 + 2.3333 + 2 = 5.0000 (sum of the exact points)
+    assert not re.search(r"\d\.\d{3}", text), text   # never more than two decimals
+    rep = report.Report(results, {"name": "NVIDIA H200", "row": "H200"}, seed=7, submission="x")
+    gs = report.to_gradescope(rep)
+    assert [t["score"] for t in gs["tests"]] == [0.67, 2.33, 2.0]
+    assert gs["score"] == 5.0
+    path = tmp_path / "r.json"
+    rep.write_json(str(path))
+    data = report.load_json(str(path))
+    assert data["results"][0]["points"] == 2 / 3                  # the report keeps full precision
+    assert data["points"] == sum(r.points for r in results)
+
+
+def test_format_points():
+    assert [report.format_points(x) for x in (7.333333, 3.5, 2.0, 0.004, 12.006)] == ["7.33", "3.5", "2", "0", "12.01"]

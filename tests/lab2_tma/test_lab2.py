@@ -7,7 +7,9 @@ import os
 
 import pytest
 
-from grader import build, inputs, inspect, labs, report, run, sandbox, spec, submission
+from conftest import import_notebook
+
+from grader import build, hardware, inputs, inspect, labs, report, run, spec
 from grader.context import Context
 from grader.labs import lab2_tma
 
@@ -25,8 +27,7 @@ HANG_TIMEOUT_S = 40
 
 
 def _solution_module(root, tmp_path):
-    path = submission.write_module(os.path.join(root, *SOLUTION), str(tmp_path))
-    return submission.import_module(path, name="lab2_solution")
+    return import_notebook(os.path.join(root, *SOLUTION), tmp_path, "lab2_solution")
 
 
 def test_reference_tensor_map_matches_what_tvm_encodes(root, tmp_path):
@@ -54,8 +55,7 @@ _names = itertools.count()
 
 def _module(nb, tmp_path):
     """Import a notebook's submission module in this process (cheaper than a grading subprocess)."""
-    path = submission.write_module(nb, str(tmp_path / f"module{next(_names)}"))
-    return submission.import_module(path, name=f"lab2_submission_{next(_names)}")
+    return import_notebook(nb, tmp_path / f"module{next(_names)}", f"lab2_submission_{next(_names)}")
 
 
 def _grade_here(nb, part_id, device, tmp_path, **params):
@@ -116,16 +116,14 @@ def test_unswizzled_tile_loses_the_build_part(root, edit, device, tmp_path):
 def test_barrier_bugs_still_compile(root, edit, tmp_path, bug, builder):
     """Neither bug is visible to the compiler or to the mechanism checks: only running it shows it."""
     mod = _module(edit(os.path.join(root, *SOLUTION), bug), tmp_path)
-    art = build.compile_only(getattr(mod, builder)(1024, 1024), "sm_90a")
-    checks = inspect.check_all(["tma_load", "tma_store", "mbarrier_expect_tx"], {"ptx": art.ptx})
+    art = build.compile_only(getattr(mod, builder)(1024, 1024), "sm_90a", want_sass=True)
+    checks = inspect.check_all(["tma_load", "tma_store", "mbarrier_expect_tx"], {"sass": art.sass})
     assert art.cubin and all(c.ok for c in checks), [c.message for c in checks]
 
 
 def _run_with_timeout(nb, part_id, tmp_path, timeout_s):
-    module_path = submission.write_module(nb, str(tmp_path / "module"))
-    part = spec.load(LAB).part(part_id)
-    return sandbox.run_part(LAB, part, module_path, inputs.PUBLIC_SEED, timeout_s=timeout_s,
-                            workdir=str(tmp_path / "work"))
+    return run.check_lab(LAB, nb, inputs.PUBLIC_SEED, hardware.detect(), parts=[part_id],
+                         progress=lambda m: None)[0]
 
 
 @pytest.mark.gpu

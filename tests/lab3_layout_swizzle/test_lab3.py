@@ -8,7 +8,9 @@ import re
 
 import pytest
 
-from grader import hardware, inputs, labs, report, run, spec, submission
+from conftest import import_notebook
+
+from grader import hardware, inputs, labs, report, run, spec
 from grader.context import Context
 from grader.labs import lab3_layout_swizzle as lab
 
@@ -76,7 +78,7 @@ def test_transpose_layout_check_needs_more_than_the_plain_swizzle():
 def grade_here(nb_path, part, tmp_path, seed=12345):
     """Grade one part in this process (the worker's steps, without the subprocess)."""
     name = f"lab3_sub_{part}_{abs(hash(str(nb_path))) % 10**8}"
-    module = submission.import_module(submission.write_module(nb_path, str(tmp_path / name), name), name)
+    module = import_notebook(nb_path, tmp_path / name, name)
     lab_spec = spec.load(LAB)
     ctx = Context(lab_spec, lab_spec.part(part), seed, hardware.detect())
     return labs.grade(LAB, part, module, ctx)

@@ -7,7 +7,8 @@ import pytest
 from conftest import grade_in_process
 
 from grader import inputs, report, run, spec
-from grader.labs import lab4_gemm
+from grader import inspect
+from grader.labs import lab4_gemm  # noqa: F401
 
 LAB = "lab4_gemm"
 LAB_SPEC = spec.load(LAB)
@@ -77,7 +78,7 @@ LISTING = """
 
 
 def test_sass_scan_passes_reads_after_the_wait():
-    ok, msg, meas = lab4_gemm.accumulator_hazards(LISTING.format(between=""))
+    ok, msg, meas = inspect.accumulator_hazards(LISTING.format(between=""))
     assert ok, msg
     assert meas["accumulator_registers"] == 64 and meas["final_waits"] == 1
 
@@ -89,14 +90,14 @@ def test_sass_scan_passes_reads_after_the_wait():
     "        /*0119*/                   FADD R8, R40, 1 ;",                          # wait(1) is not enough
 ])
 def test_sass_scan_flags_reads_before_the_wait(between):
-    ok, msg, _ = lab4_gemm.accumulator_hazards(LISTING.format(between=between))
+    ok, msg, _ = inspect.accumulator_hazards(LISTING.format(between=between))
     assert not ok and "first:" in msg
 
 
 def test_sass_scan_without_hgmma_or_final_wait_fails():
-    assert not lab4_gemm.accumulator_hazards("        /*0000*/   FADD R1, R2, R3 ;")[0]
+    assert not inspect.accumulator_hazards("        /*0000*/   FADD R1, R2, R3 ;")[0]
     no_wait = LISTING.format(between="").replace("WARPGROUP.DEPBAR.LE gsb0, 0x0", "WARPGROUP.DEPBAR.LE gsb0, 0x1")
-    assert not lab4_gemm.accumulator_hazards(no_wait)[0]
+    assert not inspect.accumulator_hazards(no_wait)[0]
 
 
 # ---------------------------------------------------------------- on a GPU

@@ -1,0 +1,287 @@
+"""python -m grader batch: discovery, fingerprints, workers, and a real batch of 20 generated
+submissions that is killed halfway and resumed."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from grader import batch, spec
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+LAB = "lab1_roofline"
+SOLUTION = os.path.join(ROOT, "solutions", LAB, f"{LAB}.ipynb")
+STUDENT = os.path.join(ROOT, "assignments", LAB, f"{LAB}.ipynb")
+CAUSAL = 'return flops / 2 if op["causal"] else flops'   # op_flops: wrong for causal attention
+
+
+def _edited(src, dst, old, new):
+    with open(src) as f:
+        nb = json.load(f)
+    hits = 0
+    for cell in nb["cells"]:
+        text = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+        if old in text:
+            hits += 1
+            cell["source"] = text.replace(old, new)
+    assert hits, f"{old!r} not in {src}"
+    os.makedirs(os.path.dirname(dst), exist_ok=True)
+    with open(dst, "w") as f:
+        json.dump(nb, f)
+
+
+def _copy(src, dst):
+    os.makedirs(os.path.dirname(dst), exist_ok=True)
+    with open(src) as f, open(dst, "w") as g:
+        g.write(f.read())
+
+
+def make_class(root):
+    """20 submissions of lab 1, in both layouts (flat <student>.ipynb and <student>/<lab>/):
+    {student: expected verdict of a_flops}."""
+    expect = {}
+
+    def flat(name):
+        return os.path.join(root, f"{name}.ipynb")
+
+    def nbg(name):
+        return os.path.join(root, name, LAB, f"{LAB}.ipynb")
+    for i in range(5):                                   # the reference solution
+        _copy(SOLUTION, (flat if i % 2 else nbg)(f"sol{i}"))
+        expect[f"sol{i}"] = "passed"
+    for i in range(5):                                   # the student version, untouched
+        _copy(STUDENT, (flat if i % 2 else nbg)(f"stu{i}"))
+        expect[f"stu{i}"] = "failed"
+    for i in range(4):                                   # partly right: causal attention wrong
+        _edited(SOLUTION, (flat if i % 2 else nbg)(f"part{i}"), CAUSAL, "return flops")
+        expect[f"part{i}"] = "partial"
+    for i in range(2):                                   # broken: not JSON
+        with open(flat(f"notjson{i}"), "w") as f:
+            f.write('{"cells": [ this is not json')
+        expect[f"notjson{i}"] = "error"
+    for i in range(2):                                   # broken: JSON, but a list
+        with open(flat(f"list{i}"), "w") as f:
+            json.dump([1, 2, 3], f)
+        expect[f"list{i}"] = "error"
+    _edited(SOLUTION, flat("cheat0"), CAUSAL, "import os; os.environ.get('X'); " + CAUSAL)  # static rules
+    expect["cheat0"] = "failed"
+    os.makedirs(os.path.join(root, "empty0", LAB))       # an nbgrader folder without a notebook
+    expect["empty0"] = "error"
+    assert len(expect) == 20
+    return expect
+
+
+# ------------------------------------------------------------------ fast: no grading
+
+def test_discover_both_layouts(tmp_path):
+    make_class(str(tmp_path))
+    os.makedirs(tmp_path / ".ipynb_checkpoints")
+    (tmp_path / ".hidden.ipynb").write_text("{}")
+    subs = batch.discover(LAB, str(tmp_path))
+    assert len(subs) == 20
+    by = {s.student: s for s in subs}
+    assert by["sol0"].path == str(tmp_path / "sol0" / LAB / f"{LAB}.ipynb")
+    assert by["sol1"].path == str(tmp_path / "sol1.ipynb")
+    assert by["empty0"].path == str(tmp_path / "empty0" / LAB)    # the grader says what is missing
+
+
+def test_discover_nbgrader_course_root_and_renamed_notebook(tmp_path):
+    sub = tmp_path / "submitted" / "alice" / LAB
+    _copy(SOLUTION, str(sub / "my copy.ipynb"))                  # one notebook, renamed: taken
+    _copy(SOLUTION, str(tmp_path / "submitted" / "bob" / LAB / f"{LAB}.ipynb"))
+    _copy(SOLUTION, str(tmp_path / "stray.ipynb"))               # beside submitted/: not a submission
+    subs = batch.discover(LAB, str(tmp_path))
+    assert [s.student for s in subs] == ["alice", "bob"]
+    assert subs[0].path.endswith("my copy.ipynb")
+
+
+def test_fingerprint_follows_content_thresholds_parts_and_seed(tmp_path, monkeypatch):
+    nb = tmp_path / "a.ipynb"
+    _copy(SOLUTION, str(nb))
+    sub = batch.Submission("a", LAB, str(nb))
+    opts = batch.Options(LAB, str(tmp_path / "out"), ["a_flops"])
+    base = batch.full_fingerprint(sub, opts)
+    assert base == batch.full_fingerprint(sub, opts)
+    assert batch.full_fingerprint(sub, batch.Options(LAB, opts.results_dir, ["a_bytes"])) != base
+    monkeypatch.setenv("GRADER_SECRET_SEED", "1234")
+    assert batch.full_fingerprint(sub, opts) != base
+    monkeypatch.delenv("GRADER_SECRET_SEED")
+    real = spec.load
+    import dataclasses
+    monkeypatch.setattr(batch.spec, "load", lambda lab: dataclasses.replace(real(lab), thresholds_version=99))
+    assert batch.full_fingerprint(sub, opts)["thresholds_version"] == 99
+    monkeypatch.setattr(batch.spec, "load", real)
+    nb.write_text(nb.read_text().replace("flops", "FLOPS"))
+    assert batch.full_fingerprint(sub, opts)["notebook_sha256"] != base["notebook_sha256"]
+
+
+def test_workers_one_per_gpu_pinned_and_cpu_parts_on_the_other_cores(monkeypatch):
+    monkeypatch.setattr(batch, "cpu_count", lambda: 16)
+    monkeypatch.setattr(batch, "memory_bound_workers", lambda: 64)
+    slots = batch.make_slots(["0", "3"], None)
+    gpu = [s for s in slots if s.name.startswith("gpu")]
+    cpu = [s for s in slots if s.name.startswith("cpu")]
+    assert [s.env["CUDA_VISIBLE_DEVICES"] for s in gpu] == ["0", "3"]
+    assert len(cpu) == 14 and all(s.env["CUDA_VISIBLE_DEVICES"] == "" for s in cpu)
+    assert len(batch.make_slots([], None)) == 16                      # no GPU: one per core
+    monkeypatch.setattr(batch, "memory_bound_workers", lambda: 5)
+    assert len(batch.make_slots([], None)) == 5                       # bounded by memory
+    # With GPUs, a submission's CPU and GPU parts are separate pieces; without, one.
+    opts = batch.Options(LAB, "/tmp/x", None, gpu=True, split=True)
+    assert [(p.name, p.needs_gpu) for p in batch.pieces(opts)] == [("cpu", False), ("gpu", True)]
+    assert [p.name for p in batch.pieces(batch.Options(LAB, "/tmp/x", None))] == ["all"]
+
+
+def test_visible_gpus_from_the_environment(monkeypatch):
+    monkeypatch.delenv("GRADER_CPU_ONLY", raising=False)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,5")
+    assert batch.visible_gpus() == ["2", "5"]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert batch.visible_gpus() == []
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "-1")
+    assert batch.visible_gpus() == []
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    monkeypatch.setenv("GRADER_CPU_ONLY", "1")
+    assert batch.visible_gpus() == []
+
+
+def test_progress_counts_and_eta():
+    import io
+    out = io.StringIO()
+    p = batch.Progress(LAB, 4, done=1, stream=out)
+    p.start -= 20
+    p.finished({"student": "a", "state": "done", "points": 2, "max_points": 2, "errors": [], "elapsed_s": 9})
+    p.finished({"student": "b", "state": "failed", "points": 0, "max_points": 2, "errors": ["a_flops"]})
+    line = p.line()
+    assert "3/4 done, 1 left, 1 failed" in line and "ETA 0m10s" in line
+    assert "b: 0/2 points, errors in a_flops (grading did not finish)" in out.getvalue()
+
+
+# ------------------------------------------------------------------ real grading
+
+def _grader(*args, **kw):
+    env = dict(os.environ, PYTHONPATH=ROOT, GRADER_CPU_ONLY="1")
+    env.pop("GRADER_SECRET_SEED", None)
+    return subprocess.run([sys.executable, "-m", "grader", *args], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=kw.get("timeout", 900))
+
+
+def _statuses(lab_dir):
+    out = {}
+    for student in sorted(os.listdir(lab_dir)) if os.path.isdir(lab_dir) else []:
+        path = os.path.join(lab_dir, student, "status.json")
+        if os.path.exists(path):
+            with open(path) as f:
+                out[student] = json.load(f)
+    return out
+
+
+def _graders_running(marker):
+    """Processes whose command line names ``marker`` (our results folder)."""
+    found = []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    if marker.encode() in f.read():
+                        found.append(int(pid))
+            except OSError:
+                pass
+    return found
+
+
+@pytest.mark.slow
+def test_batch_of_20_killed_halfway_then_resumed(tmp_path):
+    subs, out = tmp_path / "subs", tmp_path / "results"
+    expect = make_class(str(subs))
+    lab_dir = str(out / LAB)
+    env = dict(os.environ, PYTHONPATH=ROOT, GRADER_CPU_ONLY="1")
+    env.pop("GRADER_SECRET_SEED", None)
+    cmd = [sys.executable, "-m", "grader", "batch", LAB, str(subs), "--out", str(out), "--part", "a_flops"]
+    t0 = time.monotonic()
+    with open(tmp_path / "first.log", "w") as log:
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+        while len(_statuses(lab_dir)) < 8 and proc.poll() is None and time.monotonic() - t0 < 600:
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGTERM)                   # killed halfway
+        rc = proc.wait(timeout=60)
+    first_s = time.monotonic() - t0
+    first = _statuses(lab_dir)
+    log_text = (tmp_path / "first.log").read_text()
+    assert rc == 130, log_text
+    assert 8 <= len(first) < 20, log_text
+    assert "rerun with --resume" in log_text
+    assert not _graders_running(str(out)), "the running graders were not stopped"
+    assert all(st["state"] == "done" for st in first.values())
+
+    # One finished student resubmits a fixed notebook: that one is graded again.
+    changed = next(s for s in first if s.startswith(("part", "stu")))
+    path = first[changed]["notebook"]
+    _copy(SOLUTION, path)
+    expect[changed] = "passed"
+
+    t1 = time.monotonic()
+    p = subprocess.run(cmd + ["--resume"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    resume_s = time.monotonic() - t1
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert f"{len(first) - 1} already graded and unchanged (--resume), {21 - len(first)} to grade" in p.stdout, p.stdout
+    final = _statuses(lab_dir)
+    assert sorted(final) == sorted(expect)
+    for student, st in first.items():                 # not regraded: the very same status
+        if student != changed:
+            assert final[student] == st, student
+    assert final[changed]["finished"] != first[changed]["finished"]
+    for student, verdict in expect.items():
+        with open(os.path.join(lab_dir, student, "report.json")) as f:
+            rep = json.load(f)
+        assert [r["verdict"] for r in rep["results"]] == [verdict], (student, rep["results"])
+        with open(os.path.join(lab_dir, student, "results.json")) as f:
+            assert json.load(f)["tests"][0]["name"].startswith(f"{LAB} / a_flops")
+    assert final["notjson0"]["errors"] == ["a_flops"] and final["sol0"]["errors"] == []
+    with open(os.path.join(lab_dir, "summary.json")) as f:
+        summary = json.load(f)
+    assert summary["students"] == 20 and summary["done"] == 20
+    assert sorted(summary["failed"]) == sorted(s for s, v in expect.items() if v == "error")
+    # A second --resume has nothing to do.
+    p2 = _grader("batch", LAB, str(subs), "--out", str(out), "--part", "a_flops", "--resume")
+    assert p2.returncode == 0 and "20 already graded and unchanged (--resume), 0 to grade" in p2.stdout, p2.stdout
+    print(f"\nbatch of 20 (a_flops, {batch.cpu_count()} cores): first run {first_s:.0f} s for {len(first)} "
+          f"before the kill, resume {resume_s:.0f} s for {21 - len(first)}; per submission "
+          + ", ".join(f"{s}={st['elapsed_s']:.1f}s" for s, st in sorted(final.items())))
+
+    # The class's gradebook from these results.
+    g = _grader("gradebook", str(out))
+    assert g.returncode == 0, g.stdout + g.stderr
+    import csv
+    with open(out / "gradebook" / "grades.csv") as f:
+        rows = {r["student"]: r for r in csv.DictReader(f)}
+    assert len(rows) == 20
+    assert {s: rows[s]["a_flops verdict"] for s in rows} == expect
+    assert rows["sol0"]["total"] == "2" and 0 < float(rows["part0"]["a_flops"]) < 2
+    html = (out / "gradebook" / "summary.html").read_text()
+    assert "notjson0" in html and "list1" in html and "empty0" in html
+
+
+@pytest.mark.slow
+def test_cpu_and_gpu_pieces_are_merged(tmp_path):
+    """With a GPU worker and a CPU worker, a submission's CPU parts and GPU parts are graded
+    apart (the GPU worker pinned to its GPU) and merged into one report. Here the 'GPU' is an id
+    only: the GPU part is skipped by the grader, which is what the report then says."""
+    _copy(SOLUTION, str(tmp_path / "subs" / "ann.ipynb"))
+    out = tmp_path / "results"
+    p = _grader("batch", LAB, str(tmp_path / "subs"), "--out", str(out), "--part", "b_correct",
+                "--part", "a_flops", "--gpus", "0", "--cpu-workers", "1")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "1 GPU worker(s) (0) and 1 CPU worker(s)" in p.stdout
+    d = out / LAB / "ann"
+    rep = json.loads((d / "report.json").read_text())
+    assert [(r["part"], r["verdict"]) for r in rep["results"]] == [("a_flops", "passed"), ("b_correct", "skipped")]
+    assert rep["points"] == 2 and rep["max_points"] == 5
+    st = json.loads((d / "status.json").read_text())
+    assert st["pieces"]["gpu"]["cuda_visible_devices"] == "0"
+    assert st["pieces"]["cpu"]["cuda_visible_devices"] == ""
+    gs = json.loads((d / "results.json").read_text())
+    assert gs["score"] == 2 and len(gs["tests"]) == 2

@@ -1,0 +1,67 @@
+"""Each solution notebook agrees with its lab's spec: one graded cell ``test_<part>`` per part,
+worth the part's points, and every check or grade call names a part that exists."""
+import json
+import os
+import re
+
+import pytest
+
+from grader import spec
+
+LABS = spec.lab_names()
+CALL = re.compile(r"""\b(check|grade)\(\s*["']([^"']+)["']\s*,\s*["']([^"']+)["']""")
+
+
+def _notebook(root, lab):
+    with open(os.path.join(root, "solutions", lab, spec.load(lab).notebook)) as f:
+        return json.load(f)
+
+
+def _source(cell):
+    return cell["source"] if isinstance(cell["source"], str) else "".join(cell["source"])
+
+
+def _graded(nb):
+    """grade_id -> (points, source) of every nbgrader graded cell."""
+    out = {}
+    for cell in nb["cells"]:
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        if meta.get("grade"):
+            assert meta["grade_id"] not in out, f"two graded cells named {meta['grade_id']}"
+            out[meta["grade_id"]] = (meta.get("points"), _source(cell))
+    return out
+
+
+@pytest.mark.parametrize("lab", LABS)
+def test_graded_cells_match_the_spec(root, lab):
+    lab_spec = spec.load(lab)
+    graded = _graded(_notebook(root, lab))
+    assert all(g.startswith("test_") for g in graded), f"graded cells not named test_<part>: {sorted(graded)}"
+    cells = {g[len("test_"):]: pts for g, (pts, _) in graded.items()}
+    parts = {p.id: p.points for p in lab_spec.parts}
+    assert set(cells) == set(parts), (f"parts without a graded cell: {sorted(set(parts) - set(cells))}; "
+                                      f"graded cells without a part: {sorted(set(cells) - set(parts))}")
+    wrong = {p: (cells[p], parts[p]) for p in parts if cells[p] is None or float(cells[p]) != parts[p]}
+    assert not wrong, f"points differ (notebook, spec): {wrong}"
+
+
+@pytest.mark.parametrize("lab", LABS)
+def test_graded_cells_grade_their_own_part(root, lab):
+    for grade_id, (_, src) in _graded(_notebook(root, lab)).items():
+        calls = [(fn, a, b) for fn, a, b in CALL.findall(src) if fn == "grade"]
+        assert calls == [("grade", lab, grade_id[len("test_"):])], f"{grade_id}: {src!r}"
+
+
+@pytest.mark.parametrize("lab", LABS)
+def test_check_cells_name_real_parts(root, lab):
+    ids = {p.id for p in spec.load(lab).parts}
+    checked = set()
+    for cell in _notebook(root, lab)["cells"]:
+        if cell["cell_type"] != "code":
+            continue
+        for fn, named_lab, part in CALL.findall(_source(cell)):
+            assert named_lab == lab, f"{fn}({named_lab!r}, {part!r}) in {lab}'s notebook"
+            assert part in ids, f"{fn}({lab!r}, {part!r}): {lab} has no part {part!r}"
+            if fn == "check":
+                checked.add(part)
+    assert checked, f"{lab}'s notebook has no check cells"

@@ -1,0 +1,233 @@
+"""The student edition (``python -m grader release DIR``): it holds no solution, and its grader
+runs the public checks on its own, in a fresh Python process that imports only the edition."""
+import ast
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from grader import spec
+
+LABS = spec.lab_names()
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def edition(root, tmp_path_factory):
+    dest = tmp_path_factory.mktemp("edition") / "course"
+    proc = subprocess.run([sys.executable, "-m", "grader", "release", str(dest)], cwd=root,
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return str(dest)
+
+
+def _text_files(top):
+    for dirpath, dirnames, files in os.walk(top):
+        dirnames[:] = [d for d in dirnames if d != "__pycache__"]
+        for f in files:
+            path = os.path.join(dirpath, f)
+            try:
+                with open(path, encoding="utf-8") as fh:
+                    yield os.path.relpath(path, top), fh.read()
+            except UnicodeDecodeError:
+                continue   # the lecture figures (PNG)
+
+
+def _cells(path):
+    with open(path) as f:
+        nb = json.load(f)
+    return nb, [c["source"] if isinstance(c["source"], str) else "".join(c["source"]) for c in nb["cells"]]
+
+
+# A line that says nothing about a solution: a call with only constants or plain names as
+# arguments (`T.cuda.cta_sync()`, `fig.savefig(path)`), or a loop header over one (`for i in
+# range(8):`). Such lines are the API the lectures teach and the skeletons' comments ask for.
+_ARG = r"""(?:\w+=)?(?:-?[\d.]+|"[^"]*"|'[^']*'|[A-Za-z_]\w*)"""
+_CALL = rf"[A-Za-z_][\w.]*\(\s*(?:{_ARG}\s*(?:,\s*{_ARG}\s*)*,?)?\)"
+_TRIVIAL = re.compile(rf"^(?:{_CALL}|for \w+(?:, \w+)* in {_CALL}:)$")
+
+
+def _secret_lines(root):
+    """Every line between BEGIN/END SOLUTION and BEGIN/END HIDDEN TESTS of every solutions
+    notebook, longer than a trivial token (over 12 characters, not a comment, not a trivial
+    call), less the lines another lab's student notebook gives (lab 4's skeleton allocates shared
+    memory the way lab 2's solution does)."""
+    given = {lab: {ln.strip() for src in _cells(os.path.join(root, "assignments", lab, spec.load(lab).notebook))[1]
+                   for ln in src.splitlines()} for lab in LABS}
+    secret = {}
+    for lab in LABS:
+        for src in _cells(os.path.join(root, "solutions", lab, spec.load(lab).notebook))[1]:
+            inside = False
+            for line in src.splitlines():
+                if re.search(r"### (BEGIN|END) (SOLUTION|HIDDEN TESTS)", line):
+                    inside = "BEGIN" in line
+                    continue
+                s = line.strip()
+                if (inside and len(s) > 12 and not s.startswith("#")
+                        and not _TRIVIAL.match(re.sub(r"\s+#.*$", "", s))
+                        and not any(s in given[other] for other in LABS if other != lab)):
+                    secret.setdefault(s, lab)
+    return secret
+
+
+def test_edition_has_what_students_need(edition):
+    for path in ["README.md", "pyproject.toml", "environment.yml", "lectures/conf.py", "lectures/index.md",
+                 "grader/__main__.py", "grader/notebook.py", "grader/release.py"]:
+        assert os.path.isfile(os.path.join(edition, path)), path
+    for lab in LABS:
+        assert os.path.isfile(os.path.join(edition, "assignments", lab, spec.load(lab).notebook))
+        assert os.path.isfile(os.path.join(edition, "lectures", lab, "index.md"))
+        assert os.path.isfile(os.path.join(edition, "grader", "public", f"{lab}.json"))
+        with open(os.path.join(edition, "grader", "labs", f"{lab}.py")) as f:
+            assert f'GRADERS = table_graders("{lab}")' in f.read()
+    with open(os.path.join(edition, "README.md")) as f:
+        readme = f.read()
+    assert "--public" in readme and "python -m grader compile" in readme
+
+
+def test_no_solutions_no_references(root, edition):
+    for folder in ("solutions", "reports", "source", "release"):
+        assert not os.path.exists(os.path.join(edition, folder)), folder
+    # No function of any grader/labs/<lab>.py (references, hidden-case generators, checks that
+    # use them) is defined anywhere in the edition, unless a shipped module of the full
+    # repository defines a function of that name too.
+    lab_functions, shipped_functions = set(), set()
+    for dirpath, _, files in os.walk(os.path.join(root, "grader")):
+        for f in files:
+            if not f.endswith(".py") or "__pycache__" in dirpath:
+                continue
+            path = os.path.join(dirpath, f)
+            with open(path) as fh:
+                names = {n.name for n in ast.walk(ast.parse(fh.read())) if isinstance(n, ast.FunctionDef)}
+            is_lab = os.path.basename(dirpath) == "labs" and f[:-3] in LABS
+            (lab_functions if is_lab else shipped_functions).update(names)
+    private = lab_functions - shipped_functions
+    assert any(n.startswith("ref_") for n in private)
+    for rel, text in _text_files(edition):
+        assert "BEGIN SOLUTION" not in text and "BEGIN HIDDEN TESTS" not in text, rel
+        if rel.endswith(".py"):
+            defined = {n.name for n in ast.walk(ast.parse(text)) if isinstance(n, ast.FunctionDef)}
+            assert not defined & private, f"{rel} defines {sorted(defined & private)[:5]}"
+            assert not re.search(r"\bref_\w+", text), f"{rel} names a reference function"
+    with open(os.path.join(edition, "grader", "release.py")) as f:
+        assert "def build_release" not in f.read()
+
+
+def test_no_solution_text_anywhere(root, edition):
+    secret = _secret_lines(root)
+    assert len(secret) > 100
+    leaked = [(rel, s) for rel, text in _text_files(edition) for s in secret if s in text]
+    assert not leaked, f"solution lines in the edition: {leaked[:5]}"
+
+
+def _paste_reference(root, edition, lab, dest):
+    """The edition's student notebook with the reference answer cells pasted in."""
+    nb_name = spec.load(lab).notebook
+    ref_nb, _ = _cells(os.path.join(root, "solutions", lab, nb_name))
+    answers = {}
+    for c in ref_nb["cells"]:
+        meta = c["metadata"].get("nbgrader", {})
+        if meta.get("solution"):
+            src = c["source"] if isinstance(c["source"], str) else "".join(c["source"])
+            answers[meta["grade_id"]] = "\n".join(ln for ln in src.splitlines() if "### BEGIN SOLUTION" not in ln
+                                                  and "### END SOLUTION" not in ln)
+    nb, _ = _cells(os.path.join(edition, "assignments", lab, nb_name))
+    for c in nb["cells"]:
+        meta = c["metadata"].get("nbgrader", {})
+        if meta.get("solution"):
+            c["source"] = answers[meta["grade_id"]]
+    os.makedirs(dest, exist_ok=True)
+    path = os.path.join(dest, nb_name)
+    with open(path, "w") as f:
+        json.dump(nb, f)
+    return path
+
+
+# Run in the edition, in a fresh process: execute a notebook's module cells (as "run all" does
+# up to the checks), then call the public check of each part given; print one JSON line.
+CHECK_SCRIPT = textwrap.dedent("""
+    import json, sys, types
+    edition, notebook, lab, parts = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4].split(",")
+    import grader
+    assert grader.__file__.startswith(edition), grader.__file__
+    from grader.notebook import check
+    with open(notebook) as f:
+        nb = json.load(f)
+    ns = {"__name__": "__main__"}
+    for cell in nb["cells"]:
+        meta = cell["metadata"]
+        nbg = meta.get("nbgrader", {})
+        if cell["cell_type"] == "code" and ("module" in meta.get("tags", []) or (nbg.get("solution") and not nbg.get("grade"))):
+            src = cell["source"] if isinstance(cell["source"], str) else "".join(cell["source"])
+            exec(compile(src, "cell", "exec"), ns)
+    out = {}
+    for part in parts:
+        try:
+            res = check(lab, part, ns)
+            out[part] = [res.verdict, res.message]
+        except BaseException as e:
+            out[part] = ["raised " + type(e).__name__, str(e)]
+    print("RESULT " + json.dumps(out))
+""")
+
+
+def _check_in_edition(edition, notebook, lab, parts):
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "GRADER_SECRET_SEED")}
+    env["PYTHONPATH"] = edition
+    proc = subprocess.run([sys.executable, "-c", CHECK_SCRIPT, edition, notebook, lab, ",".join(parts)],
+                          cwd=edition, env=env, capture_output=True, text=True, timeout=600)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert proc.returncode == 0 and lines, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return json.loads(lines[-1][len("RESULT "):])
+
+
+def test_public_checks_in_a_fresh_process(root, edition, tmp_path):
+    lab = "lab1_roofline"
+    cpu = ["a_flops", "a_bytes", "a_predict", "c_roofline"]
+    pasted = _paste_reference(root, edition, lab, str(tmp_path / "pasted"))
+    good = _check_in_edition(edition, pasted, lab, cpu + ["b_build"])
+    for part in cpu:
+        assert good[part][0] == "passed", (part, good[part])
+        assert "public cases" in good[part][1]
+    assert good["b_build"] == ["skipped", "checked by the course grader (not in the student edition)"]
+    student = os.path.join(edition, "assignments", lab, spec.load(lab).notebook)
+    bad = _check_in_edition(edition, student, lab, cpu)
+    for part in cpu:
+        assert bad[part][0].startswith("raised"), (part, bad[part])
+        assert "not implemented" in bad[part][1], (part, bad[part])
+
+
+def test_public_checks_of_the_hand_recorded_parts(root, edition, tmp_path):
+    """Lab 3's layout parts are recorded by hand (their grading functions do more than tables)."""
+    lab = "lab3_layout_swizzle"
+    pasted = _paste_reference(root, edition, lab, str(tmp_path / "pasted"))
+    table = json.load(open(os.path.join(edition, "grader", "public", f"{lab}.json")))
+    parts = [p for p in ("a_layouts", "b_patterns") if p in table["parts"]]
+    assert parts, "lab 3's hand-recorded parts were dropped from the edition (see the release's warnings)"
+    good = _check_in_edition(edition, pasted, lab, parts)
+    assert all(good[p][0] == "passed" for p in parts), good
+
+
+def test_cli_public_check_in_the_edition(root, edition, tmp_path):
+    lab = "lab2_tma"
+    pasted = _paste_reference(root, edition, lab, str(tmp_path / "pasted"))
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "GRADER_SECRET_SEED")}
+    out = tmp_path / "report.json"
+    proc = subprocess.run([sys.executable, "-m", "grader", "check", lab, "--public", "--submission", pasted,
+                           "--part", "a_box", "--part", "a_map", "--json", str(out)],
+                          cwd=edition, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    results = {r["part"]: r for r in json.loads(out.read_text())["results"]}
+    assert results["a_box"]["verdict"] == "passed" and results["a_map"]["verdict"] == "passed", results
+
+
+def test_release_refuses_a_folder_in_use(root, tmp_path):
+    (tmp_path / "notes.txt").write_text("mine")
+    proc = subprocess.run([sys.executable, "-m", "grader", "release", str(tmp_path)], cwd=root,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0 and "not empty" in proc.stderr
+    assert (tmp_path / "notes.txt").read_text() == "mine"
