@@ -28,7 +28,7 @@ MECHANISMS = {m.name: m for m in [
     Mechanism("tma_multicast", "TMA loads multicast to a cluster (UTMALDG...MULTICAST)", "sass",
               r"\bUTMALDG\S*MULTICAST"),
     Mechanism("mbarrier_expect_tx", "mbarrier arrive with a transaction count (expect_tx)", "sass",
-              r"\bSYNCS\.ARRIVE\.TRANS64\b"),
+              r"\bSYNCS\.ARRIVE\.TRANS64\s"),     # a plain arrive is SYNCS.ARRIVE.TRANS64.A1T0
     Mechanism("mbarrier_try_wait", "mbarrier waits with a phase (try_wait)", "sass",
               r"\bSYNCS\.PHASECHK\.TRANS64\.TRYWAIT\b"),
     Mechanism("wgmma", "Hopper warpgroup MMA (HGMMA)", "sass", r"\bHGMMA\."),

@@ -158,7 +158,9 @@ def check_lab(lab: str, submission_path: str | None, seed: int, device: hardware
             return [report.PartResult(lab, p.id, p.title, 0.0, p.points, report.ERROR, str(e), p.needs_gpu)
                     for p in selected]
         notes += module.problems + submission.advice(module)
-        hidden = list(hide or []) + [os.path.dirname(os.path.abspath(nb))]
+        folder = os.path.dirname(os.path.abspath(nb))
+        shared = {"/", tempfile.gettempdir(), os.path.expanduser("~"), sandbox.REPO_ROOT}
+        hidden = list(hide or []) + ([folder] if folder not in shared else [])
         session = sandbox.ChildSession(module.path, hide=hidden,
                                        limits=sandbox.Limits(cpu_s=int(sum(p.timeout_s for p in selected)) + 600))
         trusted = os.path.join(workdir, "libraries")

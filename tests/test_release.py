@@ -124,6 +124,19 @@ def test_no_solution_text_anywhere(root, edition):
     assert not leaked, f"solution lines in the edition: {leaked[:5]}"
 
 
+def test_tables_hold_no_reference_design(edition):
+    """Lab 3's address patterns are graded on several tile layouts; the one that answers
+    transpose_smem_offset must not be among the edition's tables."""
+    from grader.labs import lab3_layout_swizzle as L
+    answer = [int(L.ref_transpose_offset(i, j)) for i in range(L.TILE_ROWS) for j in range(L.TILE_COLS)]
+    with open(os.path.join(edition, "grader", "public", "lab3_layout_swizzle.json")) as f:
+        table = json.load(f)
+    offsets = [(part, name, o["values"]) for part, e in table["parts"].items()
+               for name, o in e.get("offsets", {}).items()]
+    assert offsets
+    assert not [(part, name) for part, name, values in offsets if values == answer]
+
+
 def _paste_reference(root, edition, lab, dest):
     """The edition's student notebook with the reference answer cells pasted in."""
     nb_name = spec.load(lab).notebook
@@ -161,7 +174,8 @@ CHECK_SCRIPT = textwrap.dedent("""
     for cell in nb["cells"]:
         meta = cell["metadata"]
         nbg = meta.get("nbgrader", {})
-        if cell["cell_type"] == "code" and ("module" in meta.get("tags", []) or (nbg.get("solution") and not nbg.get("grade"))):
+        given = "module" in meta.get("tags", [])
+        if cell["cell_type"] == "code" and (given or (nbg.get("solution") and not nbg.get("grade"))):
             src = cell["source"] if isinstance(cell["source"], str) else "".join(cell["source"])
             exec(compile(src, "cell", "exec"), ns)
     out = {}
@@ -223,6 +237,19 @@ def test_cli_public_check_in_the_edition(root, edition, tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     results = {r["part"]: r for r in json.loads(out.read_text())["results"]}
     assert results["a_box"]["verdict"] == "passed" and results["a_map"]["verdict"] == "passed", results
+
+
+def test_cli_compile_in_the_edition(root, edition, tmp_path):
+    lab = "lab1_roofline"
+    pasted = _paste_reference(root, edition, lab, str(tmp_path / "pasted"))
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "GRADER_SECRET_SEED")}
+    out = tmp_path / "kernels"
+    proc = subprocess.run([sys.executable, "-m", "grader", "compile", lab, "--submission", pasted, "--out", str(out)],
+                          cwd=edition, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    for arch in spec.load(lab).part("b_build").params["archs"]:
+        assert (out / f"build_scale_add.{arch}.ptx").stat().st_size > 0
+        assert (out / f"build_scale_add.{arch}.sass").stat().st_size > 0
 
 
 def test_release_refuses_a_folder_in_use(root, tmp_path):

@@ -2,7 +2,7 @@ import importlib
 
 import pytest
 
-from grader import hardware, inspect, spec
+from grader import labs, hardware, inspect, spec
 
 LABS = spec.lab_names()
 
@@ -15,7 +15,9 @@ def test_there_are_labs():
 def test_spec_loads_and_every_part_has_a_grading_function(lab):
     s = spec.load(lab)
     graders = importlib.import_module(f"grader.labs.{lab}").GRADERS
-    assert {p.id for p in s.parts} == set(graders)
+    for p in s.parts:
+        labs.grading_function(lab, p)        # KeyError when a part has neither its own nor a default runner
+    assert set(graders) <= {p.id for p in s.parts}
     assert s.max_points > 0
 
 
