@@ -259,7 +259,7 @@ def grade_piece(sub: Submission, opts: Options, piece: Piece, env_extra: dict[st
                    f"{env.get('CUDA_VISIBLE_DEVICES', '(unset)')!r}\n")
         logf.flush()
         proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, env=env, cwd=d,
-                                start_new_session=True)
+                                start_new_session=True, preexec_fn=_die_with_parent)
         with _running_lock:
             _running[proc.pid] = proc
         try:
@@ -295,6 +295,20 @@ def _stamp(t: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(t))
 
 
+try:   # resolved here, not between fork and exec (no dlopen in a forked child of a threaded process)
+    import ctypes
+    _prctl = ctypes.CDLL(None, use_errno=True).prctl
+except (OSError, AttributeError):  # pragma: no cover - not Linux
+    _prctl = None
+
+
+def _die_with_parent() -> None:
+    """In the grader's process, between fork and exec: SIGKILL it when the thread that started it
+    dies (the batch process, even by SIGKILL); the grader's sandboxed children die with it in turn."""
+    if _prctl is not None:
+        _prctl(1, int(signal.SIGKILL), 0, 0, 0)   # PR_SET_PDEATHSIG
+
+
 def _kill(proc: subprocess.Popen) -> None:
     try:
         os.killpg(proc.pid, signal.SIGKILL)
@@ -328,13 +342,18 @@ def finalize(sub: Submission, opts: Options, digest: str | None = None) -> dict[
     saying why, so every student has a report."""
     d = student_dir(opts, sub.student)
     os.makedirs(d, exist_ok=True)
+    digest = digest or sub.digest()
     ps = pieces(opts)
     order = [p.id for p in selected_parts(opts.lab, opts.parts)]
     results: list[report.PartResult] = []
     piece_info, reports = {}, {}
     for pc in ps:
         st = read_json(os.path.join(d, f"{pc.name}.status.json"))
-        rep = load_report(os.path.join(d, f"{pc.name}.report.json")) if st and st.get("state") == DONE else None
+        rep = None
+        if is_done(st, fingerprint(sub, opts, pc.parts, pc.needs_gpu, digest)):
+            rep = load_report(os.path.join(d, f"{pc.name}.report.json"))
+        elif st and st.get("state") == DONE:   # graded, but not this notebook or with other options
+            st = {"state": "stale", "detail": "the result on disk is of another notebook or other options"}
         if rep is not None:
             reports[pc.name] = rep
             results += [report.PartResult(**r) for r in rep["results"]]

@@ -300,6 +300,7 @@ def _ratio_figure(entries: list[Entry]) -> str | None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
     n = len(by_part)
     fig, axes = plt.subplots(1, n, figsize=(4.2 * n, 2.8), squeeze=False)
     for ax, (part, rs) in zip(axes.flat, sorted(by_part.items())):
@@ -311,6 +312,7 @@ def _ratio_figure(entries: list[Entry]) -> str | None:
             ax.axvline(statistics.median(floors), color="#cc3311", ls="--", label=f"floor {statistics.median(floors):g}")
         if fulls:
             ax.axvline(statistics.median(fulls), color="#228833", ls="--", label=f"full credit {statistics.median(fulls):g}")
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_title(f"{part}: ratio to the same-run baseline", fontsize=9)
         ax.set_xlabel("ratio", fontsize=8)
         ax.set_ylabel("students", fontsize=8)

@@ -317,6 +317,8 @@ def time_limit(cfg: SlurmConfig, opts: batch.Options) -> int:
 
 def submit_array(todo: list[tuple[batch.Submission, str]], opts: batch.Options,
                  cfg: SlurmConfig) -> tuple[str, str, int]:
+    if not shutil.which("sbatch"):
+        raise SlurmError("sbatch is not on PATH: run this on a Slurm login node")
     run_dir = os.path.join(opts.lab_dir, "slurm", time.strftime("%Y%m%d-%H%M%S"))
     while os.path.exists(run_dir):
         run_dir += "x"
@@ -405,7 +407,7 @@ def collect_lab(results_dir: str, lab: str, out=sys.stdout) -> tuple[dict[str, A
     dead = []
     for path in manifests(results_dir, lab):
         m = batch.read_json(path)
-        if not m:
+        if not m or not m.get("submissions"):   # written, but sbatch refused it
             continue
         opts = manifest_options(m)
         latest = latest_job_per_task(m)
@@ -468,6 +470,9 @@ def collect(results_dir: str, labs: list[str] | None = None, resubmit: bool = Fa
                     by_manifest.setdefault(path, []).append(index)
             for path, indices in by_manifest.items():
                 m = batch.read_json(path)
+                bad = [i for i in indices if not 0 <= i < len(m["tasks"])]
+                if bad:
+                    raise SlurmError(f"no task {bad} in {path} (tasks 0-{len(m['tasks']) - 1})")
                 job_id = sbatch(m["script"], sorted(indices))
                 m["submissions"].append({"job_id": job_id, "tasks": sorted(indices),
                                          "submitted": batch._stamp(time.time())})

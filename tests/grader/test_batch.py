@@ -160,6 +160,47 @@ def test_progress_counts_and_eta():
     assert "b: 0/2 points, errors in a_flops (grading did not finish)" in out.getvalue()
 
 
+def _fake_piece(opts, sub, piece, state="done", points=2.0):
+    """A piece's files as grade_piece leaves them, without running the grader."""
+    from grader import report
+    d = batch.student_dir(opts, sub.student)
+    os.makedirs(d, exist_ok=True)
+    lab_spec = spec.load(LAB)
+    results = [report.PartResult(LAB, p, lab_spec.part(p).title, min(points, lab_spec.part(p).points),
+                                 lab_spec.part(p).points, "passed", "", lab_spec.part(p).needs_gpu)
+               for p in piece.parts]
+    report.Report(results, {"present": False}, 1, sub.path).write_json(os.path.join(d, f"{piece.name}.report.json"))
+    batch.write_json(os.path.join(d, f"{piece.name}.status.json"), {
+        "state": state, "detail": "the grader exited with code 1" if state != "done" else "",
+        "fingerprint": batch.fingerprint(sub, opts, piece.parts, piece.needs_gpu), "elapsed_s": 1.0})
+
+
+def test_finalize_merges_pieces_and_resume_plans_only_what_is_missing_or_changed(tmp_path):
+    opts = batch.Options(LAB, str(tmp_path / "out"), ["a_flops", "b_correct"], gpu=True, split=True)
+    subs = []
+    for name in ("done", "crashed", "changed", "never"):
+        _copy(SOLUTION, str(tmp_path / "subs" / f"{name}.ipynb"))
+        subs.append(batch.Submission(name, LAB, str(tmp_path / "subs" / f"{name}.ipynb")))
+    cpu, gpu = batch.pieces(opts)
+    for sub in subs[:3]:
+        _fake_piece(opts, sub, cpu)
+        _fake_piece(opts, sub, gpu, state="crashed" if sub.student == "crashed" else "done")
+        batch.finalize(sub, opts)
+    done = json.loads((tmp_path / "out" / LAB / "done" / "status.json").read_text())
+    assert done["state"] == "done" and done["verdicts"] == {"a_flops": "passed", "b_correct": "passed"}
+    crashed = json.loads((tmp_path / "out" / LAB / "crashed" / "report.json").read_text())
+    assert [r["verdict"] for r in crashed["results"]] == ["passed", "error"]
+    assert "not graded (crashed): the grader exited with code 1" in crashed["results"][1]["message"]
+    with open(subs[2].path, "a") as f:
+        f.write(" ")                                             # a new version of the notebook
+    todo, already = batch.plan(subs, opts, resume=True)
+    assert [s.student for s, _ in todo] == ["crashed", "changed", "never"] and len(already) == 1
+    assert len(batch.plan(subs, opts, resume=False)[0]) == 4
+    # A result of the old notebook is not merged as if it were the new one's.
+    st = batch.finalize(subs[2], opts)
+    assert st["state"] == "failed" and st["pieces"]["cpu"]["state"] == "stale"
+
+
 # ------------------------------------------------------------------ real grading
 
 def _grader(*args, **kw):

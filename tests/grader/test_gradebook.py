@@ -45,8 +45,9 @@ def _write_student(results_dir, student, results, notebook, state="done"):
 FULL = {"a_flops": 2, "a_bytes": 2, "a_predict": 2, "b_build": 2, "b_correct": 3, "b_speed": 3, "c_roofline": 2}
 
 
-@pytest.fixture
-def class_results(tmp_path):
+@pytest.fixture(scope="module")
+def class_results(tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("class")
     res = str(tmp_path / "results")
     nb = str(tmp_path / "nb.ipynb")
     with open(SOLUTION) as f, open(nb, "w") as g:
@@ -70,8 +71,13 @@ def class_results(tmp_path):
     return res
 
 
-def test_csv_gradescope_and_html(class_results, tmp_path):
-    paths = gradebook.build(class_results)
+@pytest.fixture(scope="module")
+def built(class_results):
+    return gradebook.build(class_results)
+
+
+def test_csv_gradescope_and_html(class_results, built):
+    paths = built
     out = os.path.join(class_results, "gradebook")
     with open(paths["csv"]) as f:
         rows = {r["student"]: r for r in csv.DictReader(f)}
@@ -98,9 +104,9 @@ def test_csv_gradescope_and_html(class_results, tmp_path):
     assert "fay" in errors and "grading did not finish" in errors
 
 
-def test_nbgrader_gradebook_scores(class_results, tmp_path):
+def test_nbgrader_gradebook_scores(class_results, built):
     from nbgrader.api import Gradebook
-    paths = gradebook.build(class_results)
+    paths = built
     with Gradebook(paths["db"]) as gb:
         assert sorted(s.id for s in gb.students) == ["ada", "ben", "cy", "dee", "eve", "fay"]
         ben = {g.name: g.score for g in gb.find_submission_notebook(LAB, LAB, "ben").grades}
@@ -119,8 +125,8 @@ def test_nbgrader_gradebook_scores(class_results, tmp_path):
 
 
 @pytest.mark.slow
-def test_nbgrader_export_and_generate_feedback_work(class_results):
-    paths = gradebook.build(class_results)
+def test_nbgrader_export_and_generate_feedback_work(class_results, built):
+    paths = built
     course = os.path.dirname(paths["csv"])
     env = dict(os.environ)
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
