@@ -186,7 +186,20 @@ def compile_only(kernel, arch: str, want_sass: bool = False) -> Artifacts:
     return compile_source(src, arch, want_sass)
 
 
+_COMPILED: dict[tuple, Artifacts] = {}
+
+
 def compile_source(src: str, arch: str, want_sass: bool = False) -> Artifacts:
+    """NVRTC to PTX, ptxas to cubin, cuobjdump to SASS. Results are kept per (source, arch) for
+    the life of the process: several parts often inspect the same kernel."""
+    import hashlib
+    key = (hashlib.sha256(src.encode()).hexdigest(), arch, want_sass)
+    if key not in _COMPILED:
+        _COMPILED[key] = _compile_source(src, arch, want_sass)
+    return dataclasses.replace(_COMPILED[key])
+
+
+def _compile_source(src: str, arch: str, want_sass: bool) -> Artifacts:
     from tvm.support import nvcc
     configure_toolchain()
     tgt = target(arch)

@@ -16,6 +16,7 @@ and no result, and every answer it sends is validated by the caller.
 """
 from __future__ import annotations
 
+import json
 import math
 import os
 import socket
@@ -98,6 +99,8 @@ class Child:
         self.sock = sock
         self.module_path = module_path
         self.kernels: dict[int, object] = {}
+        self.built: dict[str, int] = {}
+        self.exported: dict[tuple, str] = {}
         import types
         mod = types.ModuleType("submission")
         mod.__file__ = module_path
@@ -118,10 +121,14 @@ class Child:
             return {"value": {str(k): int(v) for k, v in out.items()}}
         args = [_decode(a) for a in req.get("args", [])]
         kwargs = {k: _decode(v) for k, v in req.get("kwargs", {}).items()}
+        key = json.dumps([req["name"], req.get("args", []), req.get("kwargs", {})], sort_keys=True)
+        if key in self.built:                      # the same builder with the same arguments: built already
+            return {"kernel": self.built[key]}
         value = self._fn(req["name"])(*args, **kwargs)
         if type(value).__name__ == "PrimFunc":
             kid = len(self.kernels) + 1
             self.kernels[kid] = value
+            self.built[key] = kid
             return {"kernel": kid}
         if _is_layout(value):
             kid = len(self.kernels) + 1
@@ -136,6 +143,8 @@ class Child:
     def op_export(self, req):
         import tvm
         from . import build
+        if (req["kernel"], req["arch"]) in self.exported:
+            return {"path": self.exported[req["kernel"], req["arch"]]}
         func = self.kernels[int(req["kernel"])]
         build.configure_toolchain()
         tgt = build.target(req["arch"])
@@ -143,6 +152,7 @@ class Child:
             ex = tvm.compile(tvm.IRModule({"main": func}), target=tgt, tir_pipeline="tirx")
         out = os.path.join(os.getcwd(), f"kernel{int(req['kernel'])}_{req['arch']}.so")
         ex.export_library(out)
+        self.exported[req["kernel"], req["arch"]] = os.path.basename(out)
         return {"path": os.path.basename(out)}
 
     def op_plot(self, req):

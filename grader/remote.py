@@ -52,6 +52,8 @@ class ChildBackend:
         self.deadline = float("inf")
         self.import_failure: str | None = None
         self.cell_errors: list[str] = []
+        self.generation = 0                 # kernel handles are only valid within one child
+        self.libraries: dict[tuple, str] = {}
 
     def ensure_started(self) -> None:
         if self.import_failure:
@@ -59,6 +61,7 @@ class ChildBackend:
         if self.session.alive:
             return
         t0 = time.monotonic()
+        self.generation += 1
         try:
             self.session.start(self.import_timeout)
         except SandboxFailure as e:
@@ -85,9 +88,13 @@ class ChildBackend:
         return self._request({"op": "plot", "name": name, "args": args})
 
     def export(self, kernel: int, arch: str) -> dict:
+        key = (self.generation, kernel, arch)
+        if key in self.libraries:
+            return {"path": self.libraries[key]}
         reply = self._request({"op": "export", "kernel": kernel, "arch": arch})
         if "path" in reply:
             reply = {"path": self.session.fetch(str(reply["path"]), self.trusted_dir)}
+            self.libraries[key] = reply["path"]
         return reply
 
     def end(self) -> None:

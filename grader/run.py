@@ -168,12 +168,16 @@ def check_lab(lab: str, submission_path: str | None, seed: int, device: hardware
         backend = remote.ChildBackend(session, trusted, module.relocate,
                                       import_timeout=float(lab_spec.raw.get("import_timeout_s", 180)))
         harness = Harness()
-        results = []
-        for i, part in enumerate(selected, 1):
+        results = {}
+        # CPU parts first, then GPU correctness, then timed parts: timing stops the child, and
+        # every restart costs running the cells again. The report keeps the spec's order.
+        order = sorted(selected, key=lambda p: (p.needs_gpu, bool(p.thresholds)))
+        for part in order:
+            i = selected.index(part) + 1
             head = f"[{lab} {i}/{len(selected)}] {part.id}: {part.title}"
             if part.needs_gpu and not device.present:
-                results.append(report.PartResult(lab, part.id, part.title, 0.0, part.points, report.SKIPPED,
-                                                 f"skipped: needs a GPU ({device.reason})", True))
+                results[part.id] = report.PartResult(lab, part.id, part.title, 0.0, part.points, report.SKIPPED,
+                                                 f"skipped: needs a GPU ({device.reason})", True)
                 progress(f"{head} ... skipped (no GPU)")
                 continue
             progress(f"{head} ... running (time limit {part.timeout_s:g} s)")
@@ -199,13 +203,13 @@ def check_lab(lab: str, submission_path: str | None, seed: int, device: hardware
                 res.message += "\nCells that raised when run: " + " | ".join(c.splitlines()[0] for c in backend.cell_errors)
             res.measurements["elapsed_s"] = round(time.monotonic() - start, 3)
             res.measurements.setdefault("sandbox", session.level)
-            results.append(res)
+            results[part.id] = res
             progress(f"{head} ... {res.verdict} ({res.points:.2f}/{res.max_points:g})")
         if backend.cell_errors:
             notes += [f"{c.splitlines()[0]}" for c in backend.cell_errors]
         if session.output().strip():
             notes.append("your cells printed (first and last lines kept): " + session.output()[-2000:])
-        return results
+        return [results[p.id] for p in selected]
     finally:
         if session is not None:
             session.close()
