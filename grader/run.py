@@ -114,8 +114,8 @@ class Harness:
                 channel.send(self.sock, remote.serve_broker_request(backend, msg["need"]))
             elif "hang" in msg:
                 self.close()
-                return error(f"a kernel did not finish within {part.params.get('hang_s', timing.HANG_S):g} s of its "
-                             f"launch: {sandbox.HANG_HINT}. The process was killed.")
+                return error(f"timed out: a kernel did not finish within {part.params.get('hang_s', timing.HANG_S):g} s "
+                             f"of its launch: {sandbox.HANG_HINT}. The process was killed.")
             elif "result" in msg:
                 return report.PartResult(**msg["result"])
 

@@ -348,3 +348,14 @@ def test_sandbox_level_is_what_the_machine_allows(tmp_path):
     finally:
         s.close()
     assert s.scratch is None
+
+
+@pytest.mark.slow
+def test_a_grading_run_leaves_no_temporary_folders(tmp_path, monkeypatch):
+    import tempfile
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    nb = _notebook(tmp_path, "return -1")
+    _grade(nb, parts=("a_flops", "b_build"))
+    assert os.listdir(scratch) == []
