@@ -49,6 +49,10 @@ MS_RDONLY, MS_NOSUID, MS_NODEV, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 4096, 163
 OUTPUT_KEEP = 16 << 10
 
 
+class NamespaceUnavailable(OSError):
+    """This machine does not let the grader make a mount namespace (no CAP_SYS_ADMIN)."""
+
+
 class SandboxFailure(Exception):
     """The child died, timed out or broke the protocol; the message says which, for the student."""
 
@@ -96,16 +100,17 @@ def _needed_paths() -> list[str]:
     return sorted(paths)
 
 
-def isolation_plan(hide: list[str]) -> tuple[list[str], list[str]]:
+def isolation_plan(hide: list[str], extra: list[str] = ()) -> tuple[list[str], list[str]]:
     """(folders to cover with an empty tmpfs, shortest first; needed folders to bind back).
     Covered: the folders to hide, the home folder, and every folder on the way to a needed
     path that others cannot enter (the child's own user could not pass it)."""
-    needed = _needed_paths()
+    needed = sorted(set(_needed_paths()) | {os.path.realpath(p) for p in extra})
     cover = {os.path.realpath(p) for p in hide if os.path.isdir(p)}
     cover.add(os.path.realpath(os.path.expanduser("~")))
     for n in needed:
         cover.update(_blocked_ancestors(n + "/x"))
-    cover = {c for c in cover if c != "/" and c not in needed}
+    never = {"/", "/tmp", "/var/tmp", os.path.realpath(tempfile.gettempdir())}
+    cover = {c for c in cover if c not in never and c not in needed}
     return sorted(cover, key=len), needed
 
 
@@ -136,10 +141,10 @@ class ChildSession:
         shutil.copy(self.module_path, os.path.join(self.scratch, "submission.py"))
         is_root = os.geteuid() == 0
         self.uid = 60000 + os.getpid() % 5000 if is_root else None
-        cover, needed = isolation_plan(self.hide + [os.path.join(REPO_ROOT, d) for d in HIDDEN_IN_REPO]) \
-            if is_root else ([], [])
-        needed = needed + [self.scratch]
-        stage = self.stage = tempfile.mkdtemp(prefix="grader-stage-") if is_root else ""
+        cover, needed = isolation_plan(self.hide + [os.path.join(REPO_ROOT, d) for d in HIDDEN_IN_REPO],
+                                       [self.scratch]) if is_root else ([], [self.scratch])
+        # The staging folder must stay visible while folders are covered: /tmp is never covered.
+        stage = self.stage = tempfile.mkdtemp(prefix="grader-stage-", dir="/tmp") if is_root else ""
         if self.uid is not None:
             os.chown(self.scratch, self.uid, self.uid)
             os.chown(os.path.join(self.scratch, "submission.py"), self.uid, self.uid)
@@ -150,6 +155,7 @@ class ChildSession:
                # where the course's packages are found: paths only, nothing else of the grader's environment
                "PYTHONPATH": os.pathsep.join([REPO_ROOT] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])}
         lim, uid = self.limits, self.uid
+        private = any(_blocked_ancestors(n + "/x") for n in needed)
         status_r, status_w = os.pipe()
 
         def preexec() -> None:          # runs in the child between fork and exec
@@ -157,15 +163,21 @@ class ChildSession:
             _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
             level = "rlimits"
             if uid is not None:
+                drop = True
                 try:
                     _isolate_mounts(cover, needed, stage)
                     level = "mount namespace + own user"
-                except OSError as e:
-                    level = f"own user (no mount namespace: {e.strerror})"
-                os.setgroups([])
-                os.setgid(uid)
-                os.setuid(uid)
-                resource.setrlimit(resource.RLIMIT_NPROC, (lim.processes, lim.processes))
+                except NamespaceUnavailable as e:
+                    # Without a namespace the own user can only run Python if nothing on the way
+                    # to it is private; else stay root, with the limits alone, and say so.
+                    drop = not private
+                    level = (f"own user (no mount namespace: {e.strerror})" if drop else
+                             f"rlimits only (no mount namespace: {e.strerror}; Python lies under a private folder)")
+                if drop:
+                    os.setgroups([])
+                    os.setgid(uid)
+                    os.setuid(uid)
+                    resource.setrlimit(resource.RLIMIT_NPROC, (lim.processes, lim.processes))
             for r, v in ((resource.RLIMIT_CPU, lim.cpu_s), (resource.RLIMIT_FSIZE, lim.file_bytes),
                          (resource.RLIMIT_NOFILE, lim.open_files), (resource.RLIMIT_CORE, 0),
                          (resource.RLIMIT_DATA, lim.memory_bytes)):
@@ -291,7 +303,7 @@ def _isolate_mounts(cover: list[str], needed: list[str], stage: str) -> None:
     the ``needed`` folders inside it bound back. Runs between fork and exec: system calls only."""
     if _libc.unshare(CLONE_NEWNS) != 0:
         err = ctypes.get_errno()
-        raise OSError(err, os.strerror(err))
+        raise NamespaceUnavailable(err, os.strerror(err))
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
     keep = [n for n in needed if any(n.startswith(c + "/") for c in cover)]
     staged = []
