@@ -31,6 +31,9 @@ def cmd_check(args) -> int:
     print(f"Submission: {args.submission or 'reference solutions (solutions/)'}; inputs {inputs.seed_label(seed)}")
     outputs = [os.path.dirname(os.path.abspath(p)) for p in (args.json, args.gradescope) if p]
     results, notes = [], []
+    if len(labs) > 1 and args.jobs > 1:
+        results, notes = _check_labs_in_parallel(labs, args, seed)
+        labs = []
     for lab in labs:
         try:
             results += run.check_lab(lab, args.submission, seed, device, parts=args.part,
@@ -56,6 +59,63 @@ def cmd_check(args) -> int:
         print(f"wrote {args.gradescope}")
     bad = [r for r in results if r.verdict in (report.FAILED, report.ERROR)]
     return 1 if (bad and args.strict) else 0
+
+
+def _check_labs_in_parallel(labs: list[str], args, seed: int):
+    """One `grader check LAB` process per lab, ``args.jobs`` at a time. Their CPU parts run side by
+    side; their GPU parts take turns (run.Harness holds a lock on the GPU while it grades). The
+    seed goes to each through a pipe, never the command line (other users can read that)."""
+    import json
+    import tempfile
+    import time
+
+    from . import report as report_mod
+    tmp = tempfile.mkdtemp(prefix="grader-all-")
+    pending, running, done = list(labs), {}, {}
+    start = time.monotonic()
+    try:
+        while pending or running:
+            while pending and len(running) < args.jobs:
+                lab = pending.pop(0)
+                out = os.path.join(tmp, f"{lab}.json")
+                r, w = os.pipe()
+                os.write(w, str(seed).encode())
+                os.close(w)
+                env = {k: v for k, v in os.environ.items() if k != "GRADER_SECRET_SEED"}
+                env["GRADER_SEED_FD"] = str(r)
+                cmd = [sys.executable, "-m", "grader", "check", lab, "--json", out, "--jobs", "1"]
+                cmd += [a for p in (args.part or []) for a in ("--part", p)] + (["--public"] if args.public else [])
+                log = open(os.path.join(tmp, f"{lab}.log"), "w")
+                running[lab] = (subprocess.Popen(cmd, env=env, pass_fds=(r,), stdout=log, stderr=subprocess.STDOUT), out, log)
+                os.close(r)
+                print(f"[{lab}] started ({len(running)} running, {len(pending)} waiting)", flush=True)
+            time.sleep(0.2)
+            for lab, (proc, out, log) in list(running.items()):
+                if proc.poll() is None:
+                    continue
+                log.close()
+                del running[lab]
+                try:
+                    done[lab] = report_mod.load_json(out)
+                except (OSError, ValueError) as e:
+                    with open(os.path.join(tmp, f"{lab}.log")) as f:
+                        tail = f.read()[-2000:]
+                    done[lab] = {"results": [dict(lab=lab, part=p.id, title=p.title, points=0.0, max_points=p.points,
+                                                  verdict=report.ERROR, message=f"grading {lab} failed ({e}): {tail}",
+                                                  needs_gpu=p.needs_gpu) for p in spec.load(lab).parts
+                                             if not args.part or p.id in args.part], "notes": []}
+                got = sum(r["points"] for r in done[lab]["results"])
+                total = sum(r["max_points"] for r in done[lab]["results"])
+                print(f"[{lab}] done in {time.monotonic() - start:.0f} s: {got:.2f} / {total:g}", flush=True)
+    finally:
+        for proc, _, log in running.values():
+            proc.kill()
+            log.close()
+        import shutil
+        shutil.rmtree(tmp, ignore_errors=True)
+    results = [report.PartResult(**{k: v for k, v in r.items()}) for lab in labs for r in done[lab]["results"]]
+    notes = [n for lab in labs for n in done[lab].get("notes", [])]
+    return results, notes
 
 
 def cmd_generate(args) -> int:
@@ -131,6 +191,8 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--seed", type=int, help="override the input seed (default: GRADER_SECRET_SEED, else public)")
     c.add_argument("--public", action="store_true", help="public cases only (what students see)")
     c.add_argument("--strict", action="store_true", help="exit 1 when any part fails or errs")
+    c.add_argument("--jobs", type=int, default=min(4, os.cpu_count() or 1),
+                   help="labs graded at once when grading several (GPU parts still take turns)")
     c.set_defaults(func=cmd_check)
     g = sub.add_parser("generate", help="regenerate assignments/ from solutions/ with nbgrader")
     g.add_argument("lab", nargs="?", default="all")

@@ -31,6 +31,7 @@ from .context import Context
 
 SOLUTIONS_DIR = os.path.join(sandbox.REPO_ROOT, "solutions")
 PERF_TRIALS = 3
+GPU_LOCK = "/tmp/grader-gpu.lock"     # one per machine; only the grader's own user may open it
 SECRET_ENV = "GRADER_SECRET_SEED"
 
 
@@ -90,6 +91,17 @@ class Harness:
             self.proc = None
 
     def grade(self, job: dict, backend: remote.ChildBackend, part: spec.Part) -> report.PartResult:
+        """Grade one GPU part, holding the machine-wide GPU lock: parts graded by other grader
+        processes (several labs at once, a batch) never share the GPU with a timed kernel."""
+        import fcntl
+        fd = os.open(GPU_LOCK, os.O_CREAT | os.O_RDWR, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            return self._grade(job, backend, part)
+        finally:
+            os.close(fd)
+
+    def _grade(self, job: dict, backend: remote.ChildBackend, part: spec.Part) -> report.PartResult:
         def error(msg: str) -> report.PartResult:
             return report.PartResult(job["lab"], part.id, part.title, 0.0, part.points, report.ERROR, msg, True)
 
