@@ -65,7 +65,6 @@ def _check_labs_in_parallel(labs: list[str], args, seed: int):
     """One `grader check LAB` process per lab, ``args.jobs`` at a time. Their CPU parts run side by
     side; their GPU parts take turns (run.Harness holds a lock on the GPU while it grades). The
     seed goes to each through a pipe, never the command line (other users can read that)."""
-    import json
     import tempfile
     import time
 

@@ -39,7 +39,7 @@ import json
 import os
 import sys
 
-from . import spec
+from . import compare, spec
 
 TABLES_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "public")
 COURSE_GRADER_ONLY = "checked by the course grader (not in the student edition)"
@@ -111,22 +111,7 @@ def load_table(lab: str) -> dict:
 
 # ---------------------------------------------------------------- comparisons (as the labs make them)
 
-def _norm(x):
-    """Lists and tuples (nested) to tuples, integral floats and integer-like numbers to int."""
-    if isinstance(x, dict):
-        return {k: _norm(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return tuple(_norm(v) for v in x)
-    if isinstance(x, bool) or x is None:
-        return x
-    if isinstance(x, float) and x.is_integer():
-        return int(x)
-    if hasattr(x, "__index__"):
-        try:
-            return int(x.__index__())
-        except TypeError:
-            return x
-    return x
+_norm = compare.normalize
 
 
 def _same(got, exp, how) -> bool:

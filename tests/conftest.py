@@ -9,7 +9,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from grader import hardware, inputs, report, run, spec, submission  # noqa: E402
+from grader import hardware, inputs, run, submission  # noqa: E402
 
 
 def pytest_collection_modifyitems(config, items):

@@ -21,7 +21,7 @@ register while a wgmma may still be writing it.
 """
 from __future__ import annotations
 
-from .. import build, inputs, inspect
+from .. import build, compare, inputs, inspect
 from ..context import Context, Outcome
 from . import common
 
@@ -103,22 +103,7 @@ def ref_same_tiles(bx: int, by: int, M: int, N: int, blk_m: int, blk_n: int) -> 
 
 # ---------------------------------------------------------------- comparison helpers
 
-def _norm(x):
-    """Lists and tuples (nested) to tuples, integral floats and numpy integers to int."""
-    if isinstance(x, dict):
-        return {k: _norm(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return tuple(_norm(v) for v in x)
-    if isinstance(x, bool) or x is None:
-        return x
-    if isinstance(x, float) and x.is_integer():
-        return int(x)
-    if hasattr(x, "__index__"):
-        try:
-            return int(x.__index__())
-        except TypeError:
-            return x
-    return x
+_norm = compare.normalize
 
 
 def _same(got, exp) -> bool:
