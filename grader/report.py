@@ -90,9 +90,7 @@ class Report:
         }
 
     def write_json(self, path: str) -> None:
-        with open(path, "w") as f:
-            json.dump(self.to_dict(), f, indent=2, sort_keys=False)
-            f.write("\n")
+        write_atomically(path, json.dumps(self.to_dict(), indent=2, sort_keys=False) + "\n")
 
 
 def load_json(path: str) -> dict[str, Any]:
@@ -176,9 +174,25 @@ def to_gradescope(report: Report) -> dict[str, Any]:
 
 
 def write_gradescope(report: Report, path: str) -> None:
-    with open(path, "w") as f:
-        json.dump(to_gradescope(report), f, indent=2)
-        f.write("\n")
+    write_atomically(path, json.dumps(to_gradescope(report), indent=2) + "\n")
+
+
+def write_atomically(path: str, text: str) -> None:
+    """Write a new file and rename it over ``path``: whoever held the old file (or made it first,
+    in a shared folder) cannot touch the new one."""
+    import os
+    import tempfile
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".report-", dir=folder)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
 
 
 def nbgrader_score(result: PartResult) -> float:

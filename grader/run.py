@@ -94,7 +94,11 @@ class Harness:
         """Grade one GPU part, holding the machine-wide GPU lock: parts graded by other grader
         processes (several labs at once, a batch) never share the GPU with a timed kernel."""
         import fcntl
-        fd = os.open(GPU_LOCK, os.O_CREAT | os.O_RDWR, 0o600)
+        fd = os.open(GPU_LOCK, os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW, 0o600)
+        if os.fstat(fd).st_uid != os.geteuid():      # made by someone else (a child, in /tmp): replace it
+            os.close(fd)
+            os.unlink(GPU_LOCK)
+            fd = os.open(GPU_LOCK, os.O_CREAT | os.O_EXCL | os.O_RDWR | os.O_NOFOLLOW, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             return self._grade(job, backend, part)

@@ -25,13 +25,34 @@ def grade_cases(fn: Callable, cases: list[tuple[Any, Any]], same: Callable[[Any,
     for args, expected in cases:
         got = fn(*args)
         if not same(got, expected):
-            wrong.append(f"{label(args)}: got {got!r}, expected {expected!r}")
+            kind = _kind_mismatch(got, expected)
+            wrong.append(f"{label(args)}: got {got!r}, expected {expected!r}" + (f" ({kind})" if kind else ""))
     n = len(cases)
     ok = n - len(wrong)
     msg = f"{ok}/{n} cases right"
     if wrong:
         msg += "; first wrong: " + wrong[0] + (f" (and {len(wrong) - 1} more)" if len(wrong) > 1 else "")
     return Outcome(ok / n, msg, {"cases": n, "right": ok})
+
+
+def _kind(x) -> str:
+    if isinstance(x, bool) or x is None:
+        return "a boolean" if isinstance(x, bool) else "None"
+    if isinstance(x, (int, float)):
+        return "a number"
+    if isinstance(x, str):
+        return "a string"
+    if isinstance(x, (list, tuple)):
+        return "a list or tuple"
+    if isinstance(x, dict):
+        return "a dict"
+    return type(x).__name__
+
+
+def _kind_mismatch(got, expected) -> str:
+    """Say so when an answer is not even of the expected kind (a string for a number...)."""
+    g, e = _kind(got), _kind(expected)
+    return "" if g == e or "None" in (g, e) else f"returned {g} where {e} is expected"
 
 
 def scalar_match(rel: float) -> Callable[[Any, Any], bool]:

@@ -85,3 +85,21 @@ def test_points_are_rounded_for_display_only(tmp_path):
 
 def test_format_points():
     assert [report.format_points(x) for x in (7.333333, 3.5, 2.0, 0.004, 12.006)] == ["7.33", "3.5", "2", "0", "12.01"]
+
+
+def test_reports_are_written_as_new_files(tmp_path):
+    """A file made in advance (a link planted in a shared folder) is replaced, not written through."""
+    from grader import report as rep
+    target = tmp_path / "elsewhere.json"
+    target.write_text("untouched")
+    path = tmp_path / "report.json"
+    path.symlink_to(target)
+    rep.write_atomically(str(path), '{"points": 1}\n')
+    assert not path.is_symlink() and path.read_text() == '{"points": 1}\n'
+    assert target.read_text() == "untouched"
+
+
+def test_an_answer_of_the_wrong_kind_is_named():
+    from grader.labs import common
+    out = common.grade_cases(lambda x: "12", [((3,), 12)], lambda g, e: g == e, lambda a: f"f({a[0]})")
+    assert out.fraction == 0 and "returned a string where a number is expected" in out.message
