@@ -212,4 +212,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "check":
         inputs.restart_without_secret(argv)
         sandbox.protect_grader()
+        import signal
+        # A terminated grader (a batch stopped with SIGTERM) still stops its children and removes
+        # its temporary folders: SystemExit runs the cleanup of every run in progress.
+        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     return args.func(args)

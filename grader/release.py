@@ -660,8 +660,12 @@ def _has_default_runner(lab: str, part) -> bool:
 def _import_notebook(notebook: str, name: str):
     import importlib.util
 
+    import atexit
+
     from . import submission
-    written = submission.write_module(notebook, tempfile.mkdtemp(prefix="grader-release-"))
+    folder = tempfile.mkdtemp(prefix="grader-release-")
+    atexit.register(shutil.rmtree, folder, True)      # the file must outlive the import: TIRx reads it
+    written = submission.write_module(notebook, folder)
     path = getattr(written, "path", written)
     mod_spec = importlib.util.spec_from_file_location(name, path)
     mod = importlib.util.module_from_spec(mod_spec)
