@@ -135,6 +135,7 @@ class Options:
     public: bool = False
     gpu: bool = False         # GPU parts are graded on a GPU (a GPU worker or a Slurm GPU task)
     split: bool = False       # CPU parts as a piece of their own on CPU workers
+    hide: tuple = ()          # folders of the class's submissions: no submission's code sees them
 
     @property
     def lab_dir(self) -> str:
@@ -244,6 +245,8 @@ def grade_piece(sub: Submission, opts: Options, piece: Piece, env_extra: dict[st
     fp = fingerprint(sub, opts, piece.parts, piece.needs_gpu, digest)
     cmd = [sys.executable, "-m", "grader", "check", opts.lab, "--submission", sub.path,
            "--json", rep, "--gradescope", gs]
+    for folder in (*opts.hide, opts.results_dir):     # other students' notebooks and results
+        cmd += ["--hide", os.path.abspath(folder)]
     for p in piece.parts:
         cmd += ["--part", p]
     if opts.public:
@@ -677,7 +680,7 @@ def cmd_batch(args) -> int:
     gpus = visible_gpus() if args.gpus is None else [g for g in args.gpus.split(",") if g.strip()]
     slots = make_slots(gpus, args.cpu_workers)
     opts = Options(args.lab, results_dir, args.part, args.public, gpu=bool(gpus),
-                   split=any(s.queues == ("cpu",) for s in slots))
+                   split=any(s.queues == ("cpu",) for s in slots), hide=(os.path.abspath(args.submissions),))
     os.makedirs(opts.lab_dir, exist_ok=True)
     todo, done = plan(subs, opts, args.resume)
     n_gpu, n_cpu = len(gpus), sum(s.queues == ("cpu",) for s in slots)

@@ -30,6 +30,7 @@ def cmd_check(args) -> int:
         print(f"No GPU ({device.reason}): CPU parts are graded, GPU parts are skipped.")
     print(f"Submission: {args.submission or 'reference solutions (solutions/)'}; inputs {inputs.seed_label(seed)}")
     outputs = [os.path.dirname(os.path.abspath(p)) for p in (args.json, args.gradescope) if p]
+    outputs += [os.path.abspath(p) for p in (args.hide or [])]
     results, notes = [], []
     if len(labs) > 1 and args.jobs > 1:
         results, notes = _check_labs_in_parallel(labs, args, seed)
@@ -84,6 +85,7 @@ def _check_labs_in_parallel(labs: list[str], args, seed: int):
                 env["GRADER_SEED_FD"] = str(r)
                 cmd = [sys.executable, "-m", "grader", "check", lab, "--json", out, "--jobs", "1"]
                 cmd += [a for p in (args.part or []) for a in ("--part", p)] + (["--public"] if args.public else [])
+                cmd += [a for h in (args.hide or []) for a in ("--hide", h)]
                 log = open(os.path.join(tmp, f"{lab}.log"), "w")
                 running[lab] = (subprocess.Popen(cmd, env=env, pass_fds=(r,), stdout=log, stderr=subprocess.STDOUT), out, log)
                 os.close(r)
@@ -190,6 +192,8 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--seed", type=int, help="override the input seed (default: GRADER_SECRET_SEED, else public)")
     c.add_argument("--public", action="store_true", help="public cases only (what students see)")
     c.add_argument("--strict", action="store_true", help="exit 1 when any part fails or errs")
+    c.add_argument("--hide", action="append", metavar="DIR",
+                   help="a folder the submission's code must not see (other students' work; repeatable)")
     c.add_argument("--jobs", type=int, default=min(4, os.cpu_count() or 1),
                    help="labs graded at once when grading several (GPU parts still take turns)")
     c.set_defaults(func=cmd_check)

@@ -82,6 +82,11 @@ class GradeWithGrader(NbGraderPreprocessor):
         tmp = tempfile.mkdtemp(prefix="grader-autograde-")
         report_path = os.path.join(tmp, "report.json")
         cmd = [sys.executable, "-m", "grader", "check", lab, "--submission", notebook, "--json", report_path]
+        # autograded/<student>/<lab>/<notebook>: the course folder's student folders stay hidden
+        course = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(notebook))))
+        for folder in ("submitted", "autograded", "feedback", "exchange", "source", "release", "solutions"):
+            if os.path.isdir(os.path.join(course, folder)):
+                cmd += ["--hide", os.path.join(course, folder)]
         env = dict(os.environ)
         env["PYTHONPATH"] = PACKAGE_ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         env.pop("NBGRADER_EXECUTION", None)

@@ -245,7 +245,8 @@ def manifests(results_dir: str, lab: str) -> list[str]:
 
 
 def manifest_options(m: dict[str, Any]) -> batch.Options:
-    return batch.Options(m["lab"], m["results_dir"], m["parts"], m["public"], gpu=m["gpu"], split=False)
+    return batch.Options(m["lab"], m["results_dir"], m["parts"], m["public"], gpu=m["gpu"], split=False,
+                         hide=tuple(m.get("hide", ())))
 
 
 def latest_job_per_task(m: dict[str, Any]) -> dict[int, str]:
@@ -273,7 +274,8 @@ def cmd_batch_slurm(args, subs: list[batch.Submission], results_dir: str) -> int
     except (SlurmError, OSError, tomllib.TOMLDecodeError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    opts = batch.Options(args.lab, results_dir, args.part, args.public, gpu="gpu" in (cfg.gres or ""), split=False)
+    opts = batch.Options(args.lab, results_dir, args.part, args.public, gpu="gpu" in (cfg.gres or ""), split=False,
+                         hide=(os.path.abspath(args.submissions),))
     os.makedirs(opts.lab_dir, exist_ok=True)
     todo, done = batch.plan(subs, opts, args.resume)
     if not todo:
@@ -332,7 +334,7 @@ def submit_array(todo: list[tuple[batch.Submission, str]], opts: batch.Options,
         f.write(render_script(opts.lab, run_dir, manifest_path, len(tasks), cfg, time_limit(cfg, opts)))
     os.chmod(script, 0o755)
     m = {"lab": opts.lab, "results_dir": opts.results_dir, "parts": opts.parts, "public": opts.public,
-         "gpu": opts.gpu, "script": script, "created": batch._stamp(time.time()), "tasks": tasks,
+         "gpu": opts.gpu, "hide": list(opts.hide), "script": script, "created": batch._stamp(time.time()), "tasks": tasks,
          "submissions": []}
     batch.write_json(manifest_path, m)
     job_id = sbatch(script)

@@ -379,3 +379,28 @@ def test_without_mount_namespaces_the_child_still_runs_and_says_how(tmp_path, mo
         assert s.request({"op": "call", "name": "f", "args": []}, 30) == {"value": 7}
     finally:
         s.close()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not _isolated(), reason="hiding files from the child needs root (a mount namespace)")
+def test_other_students_notebooks_are_out_of_reach(tmp_path):
+    """A class's submissions folder (what `grader batch` hides): copying a classmate's answer
+    from there fails."""
+    subs = tmp_path / "submissions"
+    (subs / "alice").mkdir(parents=True)
+    alice = subs / "alice" / "lab1_roofline.ipynb"
+    alice.write_text(open(SOLUTION).read())
+    body = ("import json\n"
+            f"cells = json.load(open({str(alice)!r}))['cells']\n"
+            "src = [''.join(c['source']) for c in cells if 'def op_flops' in ''.join(c['source'])][0]\n"
+            "ns = {}\n"
+            "exec(src, ns)\n"
+            "return ns['op_flops'](op)")
+    nb = _notebook(tmp_path, body)
+    rep = tmp_path / "r.json"
+    p = subprocess.run([sys.executable, "-m", "grader", "check", "lab1_roofline", "--part", "a_flops",
+                        "--submission", nb, "--json", str(rep), "--hide", str(subs)],
+                       cwd=ROOT, env=dict(os.environ, GRADER_CPU_ONLY="1"), capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    r = json.loads(rep.read_text())["results"][0]
+    assert r["points"] == 0 and ("No such file" in r["message"] or "Permission denied" in r["message"]), r["message"]
