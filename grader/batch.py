@@ -576,7 +576,11 @@ def run_batch(subs: list[Submission], opts: Options, slots: list[Slot], resume: 
             try:
                 st = grade_piece(sub, opts, pc, env, stop, digest)
             except Exception as e:  # noqa: BLE001 - a worker must not die silently
-                st = {"state": CRASHED, "detail": f"batch worker error: {e!r}"}
+                st = {"student": sub.student, "lab": opts.lab, "piece": pc.name, "notebook": sub.path,
+                      "state": CRASHED, "detail": f"batch worker error: {e!r}", "fingerprint": None}
+                os.makedirs(student_dir(opts, sub.student), exist_ok=True)
+                write_json(os.path.join(student_dir(opts, sub.student), f"{pc.name}.status.json"), st)
+                print(f"{sub.student}: batch worker error: {e!r}", file=sys.stderr, flush=True)
             if st is None:
                 return
             finished.put((sub.student, pc.name))
