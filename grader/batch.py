@@ -313,16 +313,28 @@ def _die_with_parent() -> None:
 
 
 def _kill(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    proc.wait()
+    """SIGTERM first (the grader then stops its children and removes its temporary folders),
+    SIGKILL after five seconds."""
+    for sig, grace in ((signal.SIGTERM, 5), (signal.SIGKILL, None)):
+        try:
+            os.killpg(proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            proc.wait(timeout=grace)
+            return
+        except subprocess.TimeoutExpired:
+            continue
 
 
 def kill_running() -> None:
     with _running_lock:
         procs = list(_running.values())
+    for proc in procs:              # all at once: each grader cleans up in parallel
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except (ProcessLookupError, PermissionError):
+            pass
     for proc in procs:
         _kill(proc)
 
