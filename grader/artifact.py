@@ -3,9 +3,10 @@
 The child compiles the student's kernel with ``tvm.compile`` and exports it as a shared library
 (host code, plus the CUDA module embedded in it). The grader never trusts that file:
 
-- ``cuda_source(path)`` reads the embedded CUDA source out of the file's bytes without loading
-  it; compile-only parts compile that source themselves (grader/build.py) and inspect the SASS
-  they made, so comments or forged listings cannot satisfy a mechanism check.
+- ``device_code(path)`` reads the embedded device code (CUDA source, cubin or PTX) out of the
+  file's bytes without loading it; compile-only parts compile or disassemble it themselves
+  (grader/build.py) and inspect that SASS, so comments or forged listings cannot satisfy a
+  mechanism check.
 - ``vet(path)`` runs before the GPU harness loads a library: its host code may only use TVM's
   runtime interface (undefined symbols from an allowlist: TVM FFI entry points, compiler
   runtime helpers, memory and math functions), may not contain system-call instructions, may

@@ -131,6 +131,8 @@ def load_library(ref, arch: str | None = None):
     gpu = torch.cuda.is_available()
     arch = arch or (device_arch() if gpu else "sm_90a")
     path = ref.library(arch)
+    if path in _LOADED:                  # vetted and loaded already in this process
+        return _LOADED[path]
     try:
         kind, code = artifact.device_code(path)
     except artifact.Rejected as e:
@@ -146,8 +148,11 @@ def load_library(ref, arch: str | None = None):
     except artifact.Rejected as e:
         raise BuildError(f"kernel library rejected: {e}") from None
     lib = tvm.runtime.load_module(path)
-    src = code if kind == "cuda" else _inspect(lib)
-    return lib["main"], src
+    _LOADED[path] = (lib["main"], code if kind == "cuda" else _inspect(lib))
+    return _LOADED[path]
+
+
+_LOADED: dict[str, tuple] = {}
 
 
 def _inspect(lib) -> str:

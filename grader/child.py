@@ -156,28 +156,11 @@ class Child:
         return {"path": os.path.basename(out)}
 
     def op_plot(self, req):
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.figure
-        import matplotlib.pyplot as plt
-        plt.close("all")
         path = os.path.join(os.getcwd(), "figure.png")
         if os.path.exists(path):
             os.remove(path)
-        saved = []
-        original = matplotlib.figure.Figure.savefig
-
-        def savefig(fig, *a, **k):           # describe each figure as it is saved
-            saved.append(fig)
-            return original(fig, *a, **k)
-
-        matplotlib.figure.Figure.savefig = savefig
-        try:
-            self._fn(req["name"])(*req.get("args", []), path)
-        finally:
-            matplotlib.figure.Figure.savefig = original
-        figs = saved or [plt.figure(n) for n in plt.get_fignums()]
-        return {"figure": describe_figures(figs), "png_bytes": os.path.getsize(path) if os.path.exists(path) else 0}
+        figure = draw(self._fn(req["name"]), req.get("args", []), path)
+        return {"figure": figure, "png_bytes": os.path.getsize(path) if os.path.exists(path) else 0}
 
     def serve(self) -> None:
         channel.send(self.sock, {"ready": True, "cell_errors": self.cell_errors})
@@ -194,6 +177,28 @@ class Child:
                 tb = "".join(traceback.format_exception(type(e), e, e.__traceback__, limit=-4))
                 reply = {"error": type(e).__name__, "message": msg[:4000], "traceback": tb[-4000:], "todo": todo}
             channel.send(self.sock, reply)
+
+
+def draw(fn, args, path: str) -> list[dict]:
+    """Call a plotting function with ``args`` and ``path`` and describe the figures it saved (or,
+    if it saved none, the figures left open)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.figure
+    import matplotlib.pyplot as plt
+    plt.close("all")
+    saved, original = [], matplotlib.figure.Figure.savefig
+
+    def savefig(fig, *a, **k):           # describe each figure as it is saved
+        saved.append(fig)
+        return original(fig, *a, **k)
+
+    matplotlib.figure.Figure.savefig = savefig
+    try:
+        fn(*args, path)
+    finally:
+        matplotlib.figure.Figure.savefig = original
+    return describe_figures(saved or [plt.figure(n) for n in plt.get_fignums()])
 
 
 def describe_figures(figures) -> list[dict]:

@@ -77,7 +77,7 @@ class Harness:
         self.proc = subprocess.Popen([sys.executable, "-m", "grader.harness", str(theirs.fileno())],
                                      pass_fds=(theirs.fileno(),), env=env, cwd=tempfile.gettempdir(),
                                      stdin=subprocess.DEVNULL, start_new_session=True)
-        sandbox.register_trusted(self.proc.pid)
+        sandbox.register_child(self.proc.pid)
         theirs.close()
         self.sock = mine
         channel.recv(self.sock, 300)

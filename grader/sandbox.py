@@ -190,6 +190,7 @@ class ChildSession:
         self.proc = subprocess.Popen(cmd, cwd=self.scratch, env=env, stdin=subprocess.DEVNULL,
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      pass_fds=(child_sock.fileno(), status_w), preexec_fn=preexec)
+        register_child(self.proc.pid)
         child_sock.close()
         os.close(status_w)
         with os.fdopen(status_r, "rb") as f:
@@ -378,6 +379,7 @@ def kill_tree(proc: subprocess.Popen, uid: int | None, keep: tuple[int, ...] = (
         proc.wait(timeout=5)
     except subprocess.TimeoutExpired:
         pass
+    _KNOWN.discard(proc.pid)
 
 
 def _descendants(pid: int) -> list[int]:
@@ -392,8 +394,9 @@ def _descendants(pid: int) -> list[int]:
 _KNOWN: set[int] = set()
 
 
-def register_trusted(pid: int) -> None:
-    """A child of the grader that is not a sandbox (the GPU harness): never reaped as an orphan."""
+def register_child(pid: int) -> None:
+    """A process the grader started itself (a sandboxed child, the GPU harness): killed only when
+    its own session or harness ends, never swept up as an orphan by another one's cleanup."""
     _KNOWN.add(pid)
 
 

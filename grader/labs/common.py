@@ -173,24 +173,9 @@ def figure(module, name: str, *args) -> list[dict]:
         return fn.figure(*args)
     import tempfile
 
-    import matplotlib
-    import matplotlib.figure
-    import matplotlib.pyplot as plt
-
-    from ..child import describe_figures
-    saved, original = [], matplotlib.figure.Figure.savefig
-
-    def savefig(fig, *a, **k):
-        saved.append(fig)
-        return original(fig, *a, **k)
-
-    matplotlib.figure.Figure.savefig = savefig
-    try:
-        with tempfile.TemporaryDirectory() as d:
-            fn(*args, os.path.join(d, "figure.png"))
-    finally:
-        matplotlib.figure.Figure.savefig = original
-    return describe_figures(saved or [plt.figure(n) for n in plt.get_fignums()])
+    from ..child import draw
+    with tempfile.TemporaryDirectory() as d:
+        return draw(fn, list(args), os.path.join(d, "figure.png"))
 
 
 def near(a: float, b: float, rel: float) -> bool:

@@ -114,6 +114,16 @@ def ref_swizzle_chunks(swizzle_bytes: int) -> list[list[int]]:
              for q in range(swizzle_bytes // 16)] for i in range(8)]
 
 
+def ref_stored_chunks(swizzle_bytes: int) -> list[list[int]]:
+    """The inverse of ref_swizzle_chunks per row: the logical chunk stored at each position."""
+    table = ref_swizzle_chunks(swizzle_bytes)
+    stored = [[0] * len(table[0]) for _ in range(8)]
+    for i, row in enumerate(table):
+        for q, position in enumerate(row):
+            stored[i][position] = q
+    return stored
+
+
 # ---------------------------------------------------------------- the library's layouts
 
 def dtype_of(elem_bytes: int) -> str:
@@ -473,12 +483,8 @@ def grade_atom(module, ctx: Context) -> Outcome:
 def check_swizzle_figure(axes: list[dict], swizzle_bytes: int) -> tuple[bool, str]:
     """What the lab asks of the plot: the chunk stored at each 16-byte position of the atom's
     8 rows under the swizzle, drawn as an image (or as a grid of numbers)."""
-    table = ref_swizzle_chunks(swizzle_bytes)
-    n = len(table[0])
-    stored = [[0] * n for _ in range(8)]
-    for i in range(8):
-        for q in range(n):
-            stored[i][table[i][q]] = q
+    stored = ref_stored_chunks(swizzle_bytes)
+    n = len(stored[0])
     if not axes:
         return False, "no figure was saved to the path given"
     for ax in axes:

@@ -22,7 +22,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from grader.labs.lab3_layout_swizzle import (  # noqa: E402
-    ref_col_major, ref_mma, ref_row_major, ref_swizzle_chunks, ref_swizzled, ref_tiled,
+    ref_col_major, ref_mma, ref_row_major, ref_stored_chunks, ref_swizzled, ref_tiled,
     ref_transpose_offset, ref_addresses_gather, ref_wavefronts)
 
 OUT = HERE / "generated"
@@ -68,12 +68,8 @@ def fig_swizzle_atoms(path):
     """The logical chunk stored at each 16-byte position of the three atoms."""
     fig, axes = plt.subplots(1, 3, figsize=(10, 4.2), dpi=130, gridspec_kw={"width_ratios": [2, 4, 8]})
     for ax, sw in zip(axes, (32, 64, 128)):
-        table = ref_swizzle_chunks(sw)
-        n = len(table[0])
-        stored = [[0] * n for _ in range(8)]
-        for i in range(8):
-            for q in range(n):
-                stored[i][table[i][q]] = q
+        stored = ref_stored_chunks(sw)
+        n = len(stored[0])
         _grid(ax, stored, f"{sw}-byte atom: 8 rows x {n} chunks", cmap=CHUNK_COLORS, vmax=9, fontsize=9)
         ax.set_xlabel("16-byte position in the row", fontsize=8)
         ax.set_ylabel("row of the atom", fontsize=8)
