@@ -64,6 +64,7 @@ class Device:
     spec: GPUSpec | None      # the table row used
     row_note: str             # how the row was chosen, for the report
     reason: str = ""          # why there is no GPU, when present is False
+    uuid: str = ""            # the GPU's UUID (names its grading lock), "" without a GPU
 
     @property
     def track(self) -> str | None:
@@ -110,7 +111,11 @@ def detect() -> Device:
     spec, note = spec_for_name(name, cap)
     if spec is None:
         return Device(False, name, None, note, reason=note)
-    return Device(True, name, spec, note)
+    try:
+        uuid = str(torch.cuda.get_device_properties(0).uuid)
+    except (AttributeError, RuntimeError):
+        uuid = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0]
+    return Device(True, name, spec, note, uuid=uuid)
 
 
 def has_gpu() -> bool:

@@ -31,7 +31,7 @@ from .context import Context
 
 SOLUTIONS_DIR = os.path.join(sandbox.REPO_ROOT, "solutions")
 PERF_TRIALS = 3
-GPU_LOCK = "/tmp/grader-gpu.lock"     # one per machine; only the grader's own user may open it
+GPU_LOCK = "/tmp/grader-gpu-{}.lock"  # one per GPU (its UUID); only the grader's own user may open it
 SECRET_ENV = "GRADER_SECRET_SEED"
 
 
@@ -90,17 +90,19 @@ class Harness:
             sandbox.kill_tree(self.proc, None)
             self.proc = None
 
-    def grade(self, job: dict, backend: remote.ChildBackend, part: spec.Part) -> report.PartResult:
-        """Grade one GPU part, holding the machine-wide GPU lock: parts graded by other grader
-        processes (several labs at once, a batch) never share the GPU with a timed kernel."""
+    def grade(self, job: dict, backend: remote.ChildBackend, part: spec.Part, gpu_id: str = "") -> report.PartResult:
+        """Grade one GPU part under the GPU's lock, shared by correctness parts and exclusive for
+        timed parts: parts graded by other grader processes (several labs at once, a batch) may
+        run beside a correctness check but never beside a timed kernel."""
         import fcntl
-        fd = os.open(GPU_LOCK, os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW, 0o600)
+        path = GPU_LOCK.format("".join(c for c in gpu_id if c.isalnum() or c == "-") or "0")
+        fd = os.open(path, os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW, 0o600)
         if os.fstat(fd).st_uid != os.geteuid():      # made by someone else (a child, in /tmp): replace it
             os.close(fd)
-            os.unlink(GPU_LOCK)
-            fd = os.open(GPU_LOCK, os.O_CREAT | os.O_EXCL | os.O_RDWR | os.O_NOFOLLOW, 0o600)
+            os.unlink(path)
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR | os.O_NOFOLLOW, 0o600)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            fcntl.flock(fd, fcntl.LOCK_EX if part.thresholds else fcntl.LOCK_SH)
             return self._grade(job, backend, part)
         finally:
             os.close(fd)
@@ -203,9 +205,9 @@ def check_lab(lab: str, submission_path: str | None, seed: int, device: hardware
 
                 def run_once(job=job, part=part):
                     harness.close()
-                    return harness.grade(job, backend, part)
+                    return harness.grade(job, backend, part, device.uuid)
 
-                res = harness.grade(job, backend, part)
+                res = harness.grade(job, backend, part, device.uuid)
                 if part.thresholds:
                     res = _perf_trials(res, run_once)
             else:
