@@ -251,6 +251,8 @@ def grade_piece(sub: Submission, opts: Options, piece: Piece, env_extra: dict[st
         cmd += ["--part", p]
     if opts.public:
         cmd.append("--public")
+    if not piece.needs_gpu:
+        cmd += ["--workers", "1"]        # CPU pieces already run one per core
     env = dict(os.environ)
     env.update(env_extra or {})
     env["PYTHONPATH"] = REPO_ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")

@@ -38,7 +38,8 @@ def cmd_check(args) -> int:
     for lab in labs:
         try:
             results += run.check_lab(lab, args.submission, seed, device, parts=args.part,
-                                     public_only=args.public, notes=notes, hide=outputs)
+                                     public_only=args.public, notes=notes, hide=outputs,
+                                     workers=args.workers)
         except KeyError as e:
             print(f"error: {e.args[0]}", file=sys.stderr)
             return 2
@@ -86,6 +87,7 @@ def _check_labs_in_parallel(labs: list[str], args, seed: int):
                 cmd = [sys.executable, "-m", "grader", "check", lab, "--json", out, "--jobs", "1"]
                 cmd += [a for p in (args.part or []) for a in ("--part", p)] + (["--public"] if args.public else [])
                 cmd += [a for h in (args.hide or []) for a in ("--hide", h)]
+                cmd += ["--workers", str(args.workers)] if args.workers else []
                 log = open(os.path.join(tmp, f"{lab}.log"), "w")
                 running[lab] = (subprocess.Popen(cmd, env=env, pass_fds=(r,), stdout=log, stderr=subprocess.STDOUT), out, log)
                 os.close(r)
@@ -196,6 +198,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="a folder the submission's code must not see (other students' work; repeatable)")
     c.add_argument("--jobs", type=int, default=min(4, os.cpu_count() or 1),
                    help="labs graded at once when grading several (GPU parts still take turns)")
+    c.add_argument("--workers", type=int, default=None,
+                   help="sandboxed children per lab for its untimed parts (default: one per four cores, "
+                        "at most four)")
     c.set_defaults(func=cmd_check)
     g = sub.add_parser("generate", help="regenerate assignments/ from solutions/ with nbgrader")
     g.add_argument("lab", nargs="?", default="all")

@@ -144,6 +144,10 @@ def write_nbgrader(by_lab: dict[str, list[Entry]], db_url: str) -> None:
     from nbgrader.api import Gradebook, MissingEntry
     from nbgrader.preprocessors import SaveCells
 
+    # nbgrader runs `alembic` by name: find it beside this Python when its venv is not activated
+    bindir = os.path.dirname(sys.executable)
+    if bindir not in os.environ.get("PATH", "").split(os.pathsep):
+        os.environ["PATH"] = bindir + os.pathsep + os.environ.get("PATH", "")
     with warnings.catch_warnings():   # nbgrader's own session use warns (SAWarning): not ours
         warnings.simplefilter("ignore")
         _write_nbgrader(by_lab, db_url, nbformat, Gradebook, MissingEntry, SaveCells)

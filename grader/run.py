@@ -2,9 +2,10 @@
 
 1. The notebook is read as untrusted data and turned into a module file with a line map
    (grader/submission.py); static advice is collected, never scored.
-2. One sandboxed child runs the notebook's cells once for the whole lab (an import that never
-   ends costs one time limit) and answers calls as plain JSON (grader/remote.py). A part that
-   crashes or times out the child costs that part; the next part gets a fresh child.
+2. Sandboxed children (one per four cores, at most four) each run the notebook's cells once
+   (an import that never ends costs one time limit) and answer calls as plain JSON
+   (grader/remote.py); untimed parts are spread over them. A part that crashes or times out a
+   child costs that part; the next part gets a fresh child.
 3. CPU parts are graded here: this process makes the cases, sends only their inputs, and
    compares the answers it gets back.
 4. GPU parts are graded in the GPU harness (grader/harness.py), a trusted process that asks
@@ -31,6 +32,7 @@ from .context import Context
 
 SOLUTIONS_DIR = os.path.join(sandbox.REPO_ROOT, "solutions")
 PERF_TRIALS = 3
+MAX_WORKERS = 4
 GPU_LOCK = "/tmp/grader-gpu-{}.lock"  # one per GPU (its UUID); only the grader's own user may open it
 SECRET_ENV = "GRADER_SECRET_SEED"
 
@@ -152,13 +154,38 @@ def _perf_trials(first: report.PartResult, again: Callable[[], report.PartResult
     return best
 
 
+def default_workers() -> int:
+    """Children per lab: one per four cores, at most four (one on a small machine)."""
+    return max(1, min(MAX_WORKERS, (os.cpu_count() or 1) // 4))
+
+
+class _Worker:
+    """One sandboxed child (it runs the notebook's cells) and its GPU harness."""
+
+    def __init__(self, module_path: str, hidden: list[str], cpu_s: int, trusted: str, relocate,
+                 import_timeout: float) -> None:
+        self.session = sandbox.ChildSession(module_path, hide=hidden, limits=sandbox.Limits(cpu_s=cpu_s))
+        self.backend = remote.ChildBackend(self.session, trusted, relocate, import_timeout=import_timeout)
+        self.harness = Harness()
+
+    def close(self) -> None:
+        self.session.close()
+        self.harness.close()
+
+
 def check_lab(lab: str, submission_path: str | None, seed: int, device: hardware.Device,
               parts: list[str] | None = None, public_only: bool = False,
               progress: Callable[[str], None] = report.print_progress,
-              notes: list[str] | None = None, hide: list[str] | None = None) -> list[report.PartResult]:
+              notes: list[str] | None = None, hide: list[str] | None = None,
+              workers: int | None = None) -> list[report.PartResult]:
     """Grade ``parts`` (default: all) of ``lab`` for the notebook at ``submission_path`` (or the
     reference solution). Always returns one PartResult per selected part. ``notes`` receives
-    advice and per-cell problems; ``hide`` lists folders the child must not see."""
+    advice and per-cell problems; ``hide`` lists folders the children must not see.
+
+    Untimed parts (CPU and GPU correctness) are spread over ``workers`` children (default
+    :func:`default_workers`), each running the cells once; timed parts come last, one at a time,
+    in one child, after the others are stopped. A GPU part that timed out while other parts ran
+    beside it is graded again alone before its verdict is final."""
     lab_spec = spec.load(lab)
     if parts:
         unknown = set(parts) - {p.id for p in lab_spec.parts}
@@ -167,7 +194,7 @@ def check_lab(lab: str, submission_path: str | None, seed: int, device: hardware
     selected = [p for p in lab_spec.parts if not parts or p.id in parts]
     notes = notes if notes is not None else []
     workdir = tempfile.mkdtemp(prefix=f"grader-{lab}-")
-    session = harness = None
+    pool: list[_Worker] = []
     try:
         try:
             nb = submission.find_notebook(submission_path or os.path.join(SOLUTIONS_DIR, lab), lab_spec.notebook)
@@ -179,61 +206,113 @@ def check_lab(lab: str, submission_path: str | None, seed: int, device: hardware
         folder = os.path.dirname(os.path.abspath(nb))
         shared = {"/", tempfile.gettempdir(), os.path.expanduser("~"), sandbox.REPO_ROOT}
         hidden = list(hide or []) + ([folder] if folder not in shared else [])
-        session = sandbox.ChildSession(module.path, hide=hidden,
-                                       limits=sandbox.Limits(cpu_s=int(sum(p.timeout_s for p in selected)) + 600))
         trusted = os.path.join(workdir, "libraries")
         os.makedirs(trusted)
-        backend = remote.ChildBackend(session, trusted, module.relocate,
-                                      import_timeout=float(lab_spec.raw.get("import_timeout_s", 180)))
-        harness = Harness()
-        results = {}
-        # CPU parts first, then GPU correctness, then timed parts: timing stops the child, and
-        # every restart costs running the cells again. The report keeps the spec's order.
-        order = sorted(selected, key=lambda p: (p.needs_gpu, bool(p.thresholds)))
-        for part in order:
+        cpu_s = int(sum(p.timeout_s for p in selected)) + 600
+
+        def new_worker() -> _Worker:
+            w = _Worker(module.path, hidden, cpu_s, trusted, module.relocate,
+                        float(lab_spec.raw.get("import_timeout_s", 180)))
+            pool.append(w)
+            return w
+
+        results: dict[str, report.PartResult] = {}
+
+        def grade_part(w: _Worker, part: spec.Part) -> None:
             i = selected.index(part) + 1
             head = f"[{lab} {i}/{len(selected)}] {part.id}: {part.title}"
             if part.needs_gpu and not device.present:
                 results[part.id] = report.PartResult(lab, part.id, part.title, 0.0, part.points, report.SKIPPED,
-                                                 f"skipped: needs a GPU ({device.reason})", True)
+                                                     f"skipped: needs a GPU ({device.reason})", True)
                 progress(f"{head} ... skipped (no GPU)")
-                continue
+                return
             progress(f"{head} ... running (time limit {part.timeout_s:g} s)")
             start = time.monotonic()
             if part.needs_gpu:
                 job = {"lab": lab, "part": part.id, "seed": seed, "public_only": public_only}
 
                 def run_once(job=job, part=part):
-                    harness.close()
-                    return harness.grade(job, backend, part, device.uuid)
+                    w.harness.close()
+                    return w.harness.grade(job, w.backend, part, device.uuid)
 
-                res = harness.grade(job, backend, part, device.uuid)
+                res = w.harness.grade(job, w.backend, part, device.uuid)
                 if part.thresholds:
                     res = _perf_trials(res, run_once)
             else:
-                backend.deadline = start + part.timeout_s
+                w.backend.deadline = start + part.timeout_s
                 ctx = Context(lab_spec, part, seed, device, public_only=public_only)
-                res = outcome_to_result(ctx, lambda: labs.grade(lab, part.id, remote.RemoteSubmission(backend), ctx))
+                res = outcome_to_result(ctx, lambda: labs.grade(lab, part.id, remote.RemoteSubmission(w.backend), ctx))
             res.message = module.relocate(res.message)
             if module.problems and res.verdict in (report.ERROR, report.FAILED):
                 res.message += "\nCells left out of your module: " + " | ".join(module.problems)
-            if backend.cell_errors and res.verdict in (report.ERROR, report.FAILED):
-                res.message += "\nCells that raised when run: " + " | ".join(c.splitlines()[0] for c in backend.cell_errors)
+            if w.backend.cell_errors and res.verdict in (report.ERROR, report.FAILED):
+                res.message += "\nCells that raised when run: " + " | ".join(c.splitlines()[0] for c in w.backend.cell_errors)
             res.measurements["elapsed_s"] = round(time.monotonic() - start, 3)
-            res.measurements.setdefault("sandbox", session.level)
+            res.measurements.setdefault("sandbox", w.session.level)
             results[part.id] = res
             progress(f"{head} ... {res.verdict} ({res.points:.2f}/{res.max_points:g})")
-        if backend.cell_errors:
-            notes += [f"{c.splitlines()[0]}" for c in backend.cell_errors]
-        if session.output().strip():
-            notes.append("your cells printed (first and last lines kept): " + session.output()[-2000:])
+
+        # CPU parts first, then GPU correctness, then timed parts: timing stops the child, and
+        # every restart costs running the cells again. The report keeps the spec's order.
+        order = sorted(selected, key=lambda p: (p.needs_gpu, bool(p.thresholds)))
+        untimed = [p for p in order if not (p.needs_gpu and p.thresholds)]
+        timed = [p for p in order if p.needs_gpu and p.thresholds]
+        n = max(1, min(workers or default_workers(), len(untimed)))
+        _in_pool(n, untimed, new_worker, grade_part)
+        if n > 1 and device.present:
+            for p in untimed:            # a hang beside other kernels may be theirs: grade it again alone
+                if p.needs_gpu and results[p.id].verdict == report.ERROR and "timed out" in results[p.id].message:
+                    for w in pool[1:]:
+                        w.close()
+                    grade_part(pool[0], p)
+        for w in pool[1:]:
+            w.close()
+        main = pool[0] if pool else new_worker()
+        for part in timed:
+            grade_part(main, part)
+        errors = list(dict.fromkeys(c for w in pool for c in w.backend.cell_errors))
+        notes += [f"{c.splitlines()[0]}" for c in errors]
+        if main.session.output().strip():
+            notes.append("your cells printed (first and last lines kept): " + main.session.output()[-2000:])
         return [results[p.id] for p in selected]
     finally:
-        if session is not None:
-            session.close()
-        if harness is not None:
-            harness.close()
+        for w in pool:
+            w.close()
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _in_pool(n: int, parts: list, new_worker: Callable[[], _Worker], grade_part) -> None:
+    """Grade ``parts`` in order on ``n`` workers (threads, each with its own child)."""
+    if n == 1:
+        w = new_worker() if parts else None
+        for p in parts:
+            grade_part(w, p)
+        return
+    import threading
+    queue = list(parts)
+    lock = threading.Lock()
+    failures: list[BaseException] = []
+
+    def loop(w: _Worker) -> None:
+        while True:
+            with lock:
+                if not queue:
+                    return
+                p = queue.pop(0)
+            try:
+                grade_part(w, p)
+            except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread
+                failures.append(e)
+                return
+
+    workers = [new_worker() for _ in range(n)]
+    threads = [threading.Thread(target=loop, args=(w,), daemon=True) for w in workers]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if failures:
+        raise failures[0]
 
 
 def device_facts(device: hardware.Device) -> dict:

@@ -126,6 +126,7 @@ class ChildSession:
         self.scratch: str | None = None
         self.stage: str | None = None
         self.uid: int | None = None
+        self._uid_lock: int | None = None
         self.level = "not started"
         self.cell_errors: list[str] = []
         self._out_head = bytearray()
@@ -140,7 +141,7 @@ class ChildSession:
         self.scratch = tempfile.mkdtemp(prefix="grader-child-")
         shutil.copy(self.module_path, os.path.join(self.scratch, "submission.py"))
         is_root = os.geteuid() == 0
-        self.uid = 60000 + os.getpid() % 5000 if is_root else None
+        self.uid, self._uid_lock = claim_uid() if is_root else (None, None)
         cover, needed = isolation_plan(self.hide + [os.path.join(REPO_ROOT, d) for d in HIDDEN_IN_REPO],
                                        [self.scratch]) if is_root else ([], [self.scratch])
         # The staging folder must stay visible while folders are covered: /tmp is never covered.
@@ -252,6 +253,9 @@ class ChildSession:
         if self.proc is not None:
             kill_tree(self.proc, self.uid)
             self.proc = None
+        if self._uid_lock is not None:       # every process of the user is gone: free it
+            os.close(self._uid_lock)
+            self._uid_lock = None
         if self._reader is not None:
             self._reader.join(timeout=2)
             self._reader = None
@@ -321,6 +325,38 @@ def _isolate_mounts(cover: list[str], needed: list[str], stage: str) -> None:
             if n.startswith(c + "/"):
                 os.makedirs(n, exist_ok=True)
                 _mount(s, n, None, MS_BIND | MS_REC)
+
+
+UID_BASE, UID_COUNT = 60000, 5000
+
+
+def claim_uid() -> tuple[int, int]:
+    """A user id of its own for one child: (uid, fd of its lock). The lock file in /tmp is held
+    while the child lives, so two children (of this grader or another) never share a user, and
+    a user that still owns processes is never handed out. The lowest free id is taken, so the
+    lock files are as many as the most children ever alive at once (they are not removed:
+    removing a lock file others may hold open would let two children share a user)."""
+    import fcntl
+    for i in range(UID_COUNT):
+        uid = UID_BASE + i
+        path = f"/tmp/grader-uid-{uid}.lock"
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW, 0o600)
+        except OSError:
+            continue
+        if os.fstat(fd).st_uid != os.geteuid():     # planted by someone else: not ours to use
+            os.close(fd)
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue
+        if _pids_of_uid(uid):
+            os.close(fd)
+            continue
+        return uid, fd
+    raise SandboxFailure("no free user id for the sandbox")
 
 
 def _children_of(pid: int) -> list[int]:

@@ -1,0 +1,39 @@
+"""A lab's untimed parts spread over several sandboxed children, each with a user of its own."""
+import os
+
+import pytest
+
+from grader import hardware, inputs, report, run, sandbox
+
+
+def test_children_never_share_a_user():
+    if os.geteuid() != 0:
+        pytest.skip("own users need root")
+    a, fa = sandbox.claim_uid()
+    b, fb = sandbox.claim_uid()
+    assert a != b
+    os.close(fa)
+    c, fc = sandbox.claim_uid()
+    assert c == a                      # a freed user is handed out again
+    os.close(fb)
+    os.close(fc)
+
+
+def test_parts_spread_over_workers_grade_as_one(monkeypatch):
+    made = []
+    real = run._Worker
+
+    def counting(*a, **k):
+        w = real(*a, **k)
+        made.append(w)
+        return w
+
+    monkeypatch.setattr(run, "_Worker", counting)
+    device = hardware.Device(False, "", None, "", reason="test")
+    parts = ["a_flops", "a_bytes", "a_predict", "c_roofline", "b_correct"]
+    res = run.check_lab("lab1_roofline", None, inputs.PUBLIC_SEED, device, parts=parts,
+                        progress=lambda m: None, workers=2)
+    assert len(made) == 2
+    assert [r.part for r in res] == ["a_flops", "a_bytes", "a_predict", "b_correct", "c_roofline"]
+    assert [r.verdict for r in res] == [report.PASSED] * 3 + [report.SKIPPED, report.PASSED]
+    assert all(not w.session.alive for w in made)
