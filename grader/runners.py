@@ -53,6 +53,7 @@ class Env:
     sync: Callable[[], None] = lambda: common.sync()
     timed_ratio: Callable[..., Outcome] = lambda *a, **k: common.timed_ratio(*a, **k)
     require_gpu: Callable[[Context], Any] = lambda ctx: common.require_gpu(ctx)
+    sm_count: Callable[[], int] = lambda: torch.cuda.get_device_properties(0).multi_processor_count
 
 
 def default_env() -> Env:
@@ -78,6 +79,12 @@ def builder_names(params: dict, ctx: Context) -> list[str]:
         v = keyed[track]
         return [v] if isinstance(v, str) else list(v)
     return [b] if isinstance(b, str) else list(b)
+
+
+def builder_kwargs(params: dict, env: Env) -> dict:
+    """Keyword arguments every builder of the part gets besides the shape: ``num_sms = "device"``
+    in the params passes the SM count read from the GPU (persistent kernels: one CTA per SM)."""
+    return {"num_sms": int(env.sm_count())} if params.get("num_sms") == "device" else {}
 
 
 def case_shapes(problem: problems.Problem, ctx: Context) -> list:
@@ -146,10 +153,11 @@ def correctness(module, ctx: Context, env: Env | None = None) -> Outcome:
     shapes = case_shapes(prob, ctx)
     lab, part = ctx.lab.lab, ctx.part.id
     cases, fails = [], []
+    kw = builder_kwargs(p, env)
     for name in names:
         fn = common.student(module, name)
         for i, shape in enumerate(shapes):
-            ex, _ = env.lower(fn(*prob.builder_args(shape)))
+            ex, _ = env.lower(fn(*prob.builder_args(shape), **kw))
             ins = prob.make_inputs(lab, part, shape, ctx.seed, i, env.device)
             scalars = prob.draw_scalars(lab, part, ctx.seed, i)
             given = {k: t.clone() for k, t in ins.items()}
@@ -167,7 +175,7 @@ def correctness(module, ctx: Context, env: Env | None = None) -> Outcome:
     msg = f"{', '.join(names)}{where}: {right}/{total} {what} correct"
     if fails:
         msg += f"; first failure: {fails[0]}" + (f" (and {len(fails) - 1} more)" if len(fails) > 1 else "")
-    meas = {"problem": prob.name, "builders": names, "shapes": [list(s) for s in shapes], "cases": cases}
+    meas = {"problem": prob.name, "builders": names, "shapes": [list(s) for s in shapes], "cases": cases, **kw}
     return Outcome(right / total, msg, meas)
 
 
@@ -199,9 +207,10 @@ def speed(module, ctx: Context, env: Env | None = None) -> Outcome:
     # Every kernel is obtained before the first timing: timing stops the submission's processes
     # (common.end_student_code), so no builder can be called after it.
     kernels = []
+    kw = builder_kwargs(p, env)
     for shape in shapes:
         args = prob.builder_args(shape)
-        kernels.append({n: env.lower(common.student(module, n)(*args))[0] for n in [name] + others})
+        kernels.append({n: env.lower(common.student(module, n)(*args, **kw))[0] for n in [name] + others})
     per_shape, ratios, lines = [], [], []
     for i, shape in enumerate(shapes):
         ex = kernels[i][name]

@@ -77,8 +77,11 @@ def build_part(module, ctx: Context) -> Outcome:
     args = builder_args(p)
     per_arch, lines, meas = [], [], {}
     for arch in p["archs"]:
+        kw = dict(args)
+        if kw.get("num_sms") == "arch":      # a persistent kernel compiled for the track's reference GPU
+            kw["num_sms"] = hardware.SPECS[hardware.TRACK_DEFAULT[arch]].sm_count
         try:
-            art = build.compile_only(builder(**args), arch, want_sass=True)
+            art = build.compile_only(builder(**kw), arch, want_sass=True)
         except NotImplementedError:
             raise
         except build.BuildError as e:

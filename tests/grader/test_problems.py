@@ -588,3 +588,18 @@ def test_a_part_without_a_grading_function_or_a_problem_is_an_error():
         labs.grading_function("lab1_roofline", part)
     # a lab with no module of its own (data only) still resolves its declared parts
     assert labs.grading_function("lab9_future", spec.load("lab1_roofline").part("b_speed")) is runners.kernel_part
+
+
+def test_persistent_builders_get_the_sm_count_read_from_the_device():
+    seen = []
+
+    def build(M, N, K, num_sms):
+        seen.append(num_sms)
+        return lambda A, B, D: D.copy_((A.float() @ B.float().T).half())
+    env = cpu_env()
+    env.sm_count = lambda: 77                          # what the GPU reports, not a table
+    ctx = context("lab4_gemm", "s2_correct", params={"num_sms": "device"}, public_only=True)
+    out = runners.correctness(module(hopper_step2=build), ctx, env)
+    assert out.fraction == 1.0 and seen and set(seen) == {77} and out.measurements["num_sms"] == 77
+    with pytest.raises(TypeError):                     # without the param, no num_sms is passed
+        runners.correctness(module(hopper_step2=build), context("lab4_gemm", "s2_correct", public_only=True), cpu_env())
