@@ -35,6 +35,13 @@ MECHANISMS = {m.name: m for m in [
     Mechanism("tcgen05_mma", "Blackwell tensor-core MMA (UTC*MMA)", "sass", r"\bUTC\w*MMA\b"),
     Mechanism("tmem_alloc", "Tensor memory allocation (UTCATOMSWS)", "sass", r"\bUTCATOMSWS\b"),
     Mechanism("setmaxnreg", "register reallocation between warpgroups (USETMAXREG)", "sass", r"\bUSETMAXREG\b"),
+    Mechanism("setmaxnreg_inc", "registers raised for a warpgroup (setmaxnreg.inc: USETMAXREG.TRY_ALLOC)", "sass",
+              r"\bUSETMAXREG\.TRY_ALLOC\b"),
+    Mechanism("setmaxnreg_dec", "registers given back by a warpgroup (setmaxnreg.dec: USETMAXREG.DEALLOC)", "sass",
+              r"\bUSETMAXREG\.DEALLOC\b"),
+    Mechanism("cluster_barrier", "a barrier across the CTAs of a cluster (UCGABAR)", "sass", r"\bUCGABAR_(?:ARV|WAIT)\b"),
+    Mechanism("tcgen05_mma_2cta", "a pair of CTAs issuing one MMA (tcgen05.mma.cta_group::2: UTC*MMA.2CTA)", "sass",
+              r"\bUTC\w*MMA(?:\.\w+)*\.2CTA\b"),
 ]}
 
 
