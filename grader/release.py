@@ -356,6 +356,7 @@ COMPARISONS = {
     "lab2_tma": {"*": "same"},
     "lab3_layout_swizzle": {"swizzle_chunks": "int_rows", "*": "int"},
     "lab4_gemm": {"same_tiles": "same_sorted", "*": "same"},
+    "lab5_gemm_pipeline": {"*": "same"},
 }
 
 # Edits to copies of shared files, so that they fit the edition: (path, old, new, why, required).

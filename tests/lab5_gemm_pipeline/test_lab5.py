@@ -1,0 +1,328 @@
+"""Lab 5 (CPU parts): the reference answers against hand-worked cases, and deliberately wrong answers
+lose points (tests/test_every_lab.py checks that the solution passes and the student version
+scores zero). Wrong functions are graded in this process by the lab's own grading functions, with
+the hidden cases; one test grades an edited notebook through the sandbox (conftest.grade_in_process)."""
+import math
+import os
+import random
+import types
+
+import pytest
+from conftest import grade_in_process, import_notebook
+
+from grader import inputs, labs, report, spec
+from grader.context import Context
+from grader.labs import lab5_gemm_pipeline as L
+
+LAB = "lab5_gemm_pipeline"
+LAB_SPEC = spec.load(LAB)
+SOLUTION = ("solutions", LAB, "lab5_gemm_pipeline.ipynb")
+MIB = 1 << 20
+PLAN = {"producer": ["dec", 40], "consumer": ["inc", 232]}
+WS = ["producer", "consumer", "consumer"]
+
+
+# ---------------------------------------------------------------- part a: hand-worked
+
+def test_one_tile_two_stages_is_the_books_trace():
+    assert L.ref_persistent_waits(2, 5, 0, 1, 1) == [
+        (0, 0, 0, 1, 0), (0, 1, 1, 1, 0), (0, 2, 0, 0, 1), (0, 3, 1, 0, 1), (0, 4, 0, 1, 0)]
+
+
+def test_the_load_counter_runs_on_across_the_tiles_of_a_cta():
+    waits = L.ref_persistent_waits(4, 6, 0, 132, 300)
+    assert [w[0] for w in waits] == [0] * 6 + [132] * 6 + [264] * 6
+    # the second tile starts at load 6: stage 2, after 6 // 4 = 1 trip around the ring
+    assert waits[6] == (132, 0, 2, 0, 1)
+    # the third tile starts at load 12: stage 0, 12 // 4 = 3 trips
+    assert waits[12] == (264, 0, 0, 0, 1)
+    assert L.ref_persistent_waits(4, 6, 131, 132, 300)[6] == (263, 0, 2, 0, 1)
+    assert L.ref_persistent_waits(2, 3, 5, 8, 4) == []
+
+
+@pytest.mark.parametrize("stages, k_tiles", [(2, 4), (4, 8), (3, 6), (2, 3), (4, 6), (3, 3), (1, 1)])
+def test_restarting_per_tile_is_right_only_for_a_multiple_of_2s(stages, k_tiles):
+    waits = L.ref_persistent_waits(stages, k_tiles, 0, 1, 3)
+    first = [w[2:] for w in waits[:k_tiles]]
+    same = all([w[2:] for w in waits[j * k_tiles:(j + 1) * k_tiles]] == first for j in range(3))
+    assert same == (k_tiles % (2 * stages) == 0)
+
+
+def test_ring_run_conventions():
+    clean = {"producer_stuck": None, "consumer_stuck": None, "early": []}
+    for stages in (1, 2, 4, 7):
+        for loads in (1, 3, 10, 29):
+            assert L.ref_ring_run(stages, loads, 1, 0) == clean
+            # both at 0: each waits for the other at load 0
+            assert L.ref_ring_run(stages, loads, 0, 0) == {"producer_stuck": 0, "consumer_stuck": 0, "early": []}
+    # both at 1: the producer fills the ring, the consumer waits for a second phase of full[0]
+    assert L.ref_ring_run(2, 4, 1, 1) == {"producer_stuck": 2, "consumer_stuck": 0, "early": []}
+    assert L.ref_ring_run(3, 2, 1, 1) == {"producer_stuck": None, "consumer_stuck": 0, "early": []}
+    # consumer at 1: nothing hangs, and every read is one trip early
+    assert L.ref_ring_run(2, 4, 0, 1) == {"producer_stuck": None, "consumer_stuck": None,
+                                          "early": [("consumer", g) for g in range(4)]}
+
+
+# ---------------------------------------------------------------- part b: hand-worked
+
+@pytest.mark.parametrize("roles, launch, targets, expected", [
+    (WS, 168, PLAN, (64512, 64512, None)),                                    # 3 x 128 x 168 = 40 + 2 x 232
+    (WS, 168, {"producer": ["dec", 40], "consumer": ["inc", 240]}, (64512, 66560, "over_pool")),
+    (WS, 176, PLAN, (67584, 64512, "register_file")),
+    (WS, 168, {"producer": ["inc", 40], "consumer": ["inc", 232]}, (64512, 64512, "wrong_direction")),
+    (WS, 168, {"producer": ["dec", 40], "consumer": ["inc", 236]}, (64512, 65536, "bad_count")),
+    (WS, 168, {"producer": ["dec", 16], "consumer": ["inc", 232]}, (64512, 61440, "bad_count")),
+    (WS, 168, {"consumer": ["inc", 232]}, (64512, 80896, "over_pool")),       # forgot the producer's dec
+    (WS, 162, PLAN, (64512, 64512, None)),                                    # 162 registers hold 168
+    (["producer", "consumer"], 256, {"producer": ["dec", 24], "consumer": ["inc", 256]},
+     (65536, 35840, "launch_limit")),
+    (["consumer", "consumer"], 200, {}, (51200, 51200, None)),
+])
+def test_setmaxnreg_rules(roles, launch, targets, expected):
+    got = L.ref_setmaxnreg_check(roles, launch, targets)
+    assert (got["pool"], got["after"], got["problem"]) == expected
+
+
+def test_accumulators_of_one_and_two_consumers():
+    assert L.ref_accumulator_fit(128, 256, 2, 232, 32) == {"acc_regs": 128, "wgmmas_per_k16": 1, "fits": True}
+    assert L.ref_accumulator_fit(128, 256, 1, 240, 32) == {"acc_regs": 256, "wgmmas_per_k16": 2, "fits": False}
+    assert L.ref_accumulator_fit(128, 128, 1, 168, 32)["acc_regs"] == 128       # Lab 4's kernel
+    assert L.ref_accumulator_fit(192, 256, 3, 160, 32)["fits"]                  # exactly at the limit
+
+
+# ---------------------------------------------------------------- part c: hand-worked
+
+def test_grouped_order_tables():
+    # TVM's ClusterPersistentScheduler2D docstring, 4 x 4 tiles, l2_group_size 2
+    table = [[0, 2, 4, 6], [1, 3, 5, 7], [8, 10, 12, 14], [9, 11, 13, 15]]
+    for m in range(4):
+        for n in range(4):
+            assert L.ref_grouped_tile(table[m][n], 4, 4, 2) == (m, n)
+    # the notebook's 5 x 3 table: the last group is one row
+    table = [[0, 2, 4], [1, 3, 5], [6, 8, 10], [7, 9, 11], [12, 13, 14]]
+    for m in range(5):
+        for n in range(3):
+            assert L.ref_grouped_tile(table[m][n], 5, 3, 2) == (m, n)
+    assert [L.ref_grouped_tile(t, 4, 6, 1) for t in range(24)] == [divmod(t, 6) for t in range(24)]
+    assert [L.ref_grouped_tile(t, 3, 4, 8) for t in range(12)] == [(t % 3, t // 3) for t in range(12)]
+
+
+def test_grouped_order_visits_every_tile_once():
+    r = random.Random(5)
+    for _ in range(200):
+        mt, nt, g = r.randint(1, 30), r.randint(1, 30), r.randint(1, 12)
+        assert sorted(L.ref_grouped_tile(t, mt, nt, g) for t in range(mt * nt)) == [
+            (m, n) for m in range(mt) for n in range(nt)]
+
+
+def test_dram_bytes_small_case_by_hand():
+    # 4 x 4 tiles of 128, K = 256: a panel is 64 KiB; 4 CTAs, so one wave per row in row-major
+    # order (1 A + 4 B panels = 320 KiB) and a 2 x 2 block in grouped order (256 KiB).
+    assert L.ref_dram_bytes(512, 512, 256, 128, 128, 2, 4, 4 * MIB) == {"row_major": 1280 << 10, "grouped": MIB}
+    # an L2 of 256 KiB holds the grouped wave but not the row-major one (4 tiles x 128 KiB each)
+    assert L.ref_dram_bytes(512, 512, 256, 128, 128, 2, 4, 256 << 10) == {"row_major": 2 * MIB, "grouped": MIB}
+
+
+def test_dram_bytes_h200():
+    got = L.ref_dram_bytes(4096, 4096, 8192, 128, 128, 8, 132, 50 * MIB)
+    # first wave: row-major needs 5 + 32 panels of 2 MiB (74 MiB > 50 MiB), grouped 8 + 17 (50 MiB)
+    assert got["grouped"] < got["row_major"] / 2
+
+
+# ---------------------------------------------------------------- part d: hand-worked
+
+def test_multicast_masks_by_hand():
+    assert L.ref_multicast_plan(2, 1, 1, 128, 128) == {"a_mask": 0b10, "b_mask": 0b11, "a_rows": (0, 128),
+                                                       "b_rows": (64, 128)}
+    assert L.ref_multicast_plan(1, 2, 1, 128, 256) == {"a_mask": 0b11, "b_mask": 0b10, "a_rows": (64, 128),
+                                                       "b_rows": (0, 256)}
+    assert L.ref_multicast_plan(2, 2, 3, 128, 128) == {"a_mask": 0b1010, "b_mask": 0b1100, "a_rows": (64, 128),
+                                                       "b_rows": (64, 128)}
+
+
+@pytest.mark.parametrize("cm, cn", [(1, 1), (2, 1), (1, 2), (2, 2), (4, 2), (2, 4), (4, 4), (8, 1)])
+def test_multicast_slices_cover_each_shared_tile_once(cm, cn):
+    plans = {r: L.ref_multicast_plan(cm, cn, r, 128, 256) for r in range(cm * cn)}
+    for r, p in plans.items():
+        assert p["a_mask"] >> r & 1 and p["b_mask"] >> r & 1
+        # the CTAs that share my B tile issue slices that cover it exactly once
+        sharers = [q for q in range(cm * cn) if p["b_mask"] >> q & 1]
+        assert len(sharers) == cm
+        assert sorted(plans[q]["b_rows"] for q in sharers) == [(k * 256 // cm, (k + 1) * 256 // cm) for k in range(cm)]
+        sharers = [q for q in range(cm * cn) if p["a_mask"] >> q & 1]
+        assert len(sharers) == cn
+        assert sorted(plans[q]["a_rows"] for q in sharers) == [(k * 128 // cn, (k + 1) * 128 // cn) for k in range(cn)]
+
+
+def test_stage_counts_by_hand():
+    assert L.ref_stage_counts(1, 1, 128, 256, 64, 2, 2) == {"expect_tx": 49152, "issued": 49152, "empty_arrivals": 2}
+    # along M the B tile is shared: each CTA issues half of it but expects all of it
+    assert L.ref_stage_counts(2, 1, 128, 256, 64, 2, 2) == {"expect_tx": 49152, "issued": 32768, "empty_arrivals": 4}
+    assert L.ref_stage_counts(2, 2, 128, 128, 64, 2, 1) == {"expect_tx": 32768, "issued": 16384, "empty_arrivals": 3}
+
+
+# ---------------------------------------------------------------- the solution agrees with the references
+
+@pytest.fixture(scope="module")
+def reference(root, tmp_path_factory):
+    return import_notebook(os.path.join(root, *SOLUTION), tmp_path_factory.mktemp("lab5-solution"), "lab5_solution")
+
+
+def _grade(module, part_id, device, seed=inputs.PUBLIC_SEED):
+    ctx = Context(LAB_SPEC, LAB_SPEC.part(part_id), seed, device, public_only=False)
+    return ctx.to_result(labs.grade(LAB, part_id, module, ctx))
+
+
+@pytest.mark.parametrize("seed", [inputs.PUBLIC_SEED, 1, 2, 3])
+def test_solution_passes_hidden_cases_of_several_seeds(reference, device, seed):
+    for part in LAB_SPEC.parts:
+        r = _grade(reference, part.id, device, seed)
+        assert r.verdict == report.PASSED, (part.id, r.message)
+
+
+# ---------------------------------------------------------------- deliberately wrong answers
+
+def restart_per_tile(stages, k_tiles, cta, grid, num_tiles):
+    """The counter (with the stage and the parities) restarts at every output tile."""
+    return [w for tile in range(cta, num_tiles, grid)
+            for w in L.ref_persistent_waits(stages, k_tiles, tile, 1, tile + 1)]
+
+
+def counter_from_tile_number(stages, k_tiles, cta, grid, num_tiles):
+    """The load number taken from the global tile number instead of the CTA's own count."""
+    out = []
+    for tile in range(cta, num_tiles, grid):
+        for k in range(k_tiles):
+            g = tile * k_tiles + k
+            out.append((tile, k, g % stages, (g // stages + 1) % 2, g // stages % 2))
+    return out
+
+
+def both_start_at_zero(stages, k_tiles, cta, grid, num_tiles):
+    """The producer waits with the consumers' parity: the convention that deadlocks."""
+    waits = L.ref_persistent_waits(stages, k_tiles, cta, grid, num_tiles)
+    return [(t, k, s, full, full) for t, k, s, _, full in waits]
+
+
+def off_by_one_parity(stages, k_tiles, cta, grid, num_tiles):
+    waits = L.ref_persistent_waits(stages, k_tiles, cta, grid, num_tiles)
+    return [(t, k, s, full, empty) for t, k, s, empty, full in waits]
+
+
+def fresh_barrier_blocks(stages, loads, producer_start, consumer_start):
+    """Believes a wait on a barrier that never completed a phase blocks, whatever the parity."""
+    full, empty, p, c = [0] * stages, [0] * stages, 0, 0
+    moved = True
+    while moved:
+        moved = False
+        while p < loads and empty[p % stages] and empty[p % stages] % 2 != (producer_start + p // stages) % 2:
+            full[p % stages] += 1
+            p, moved = p + 1, True
+        while c < loads and full[c % stages] and full[c % stages] % 2 != (consumer_start + c // stages) % 2:
+            empty[c % stages] += 1
+            c, moved = c + 1, True
+    return {"producer_stuck": p if p < loads else None, "consumer_stuck": c if c < loads else None, "early": []}
+
+
+def no_early_waits(stages, loads, producer_start, consumer_start):
+    return dict(L.ref_ring_run(stages, loads, producer_start, consumer_start), early=[])
+
+
+def no_rounding(roles, launch_regs, targets):
+    """Takes the compiled count as the registers held (162 holds 168, not 162)."""
+    got = L.ref_setmaxnreg_check(roles, 8 * math.ceil(launch_regs / 8), targets)
+    pool = 128 * len(roles) * launch_regs
+    after = sum(128 * (targets[r][1] if r in targets else launch_regs) for r in roles)
+    return dict(got, pool=pool, after=after)
+
+
+def direction_unchecked(roles, launch_regs, targets):
+    got = L.ref_setmaxnreg_check(roles, launch_regs, targets)
+    if got["problem"] == "wrong_direction":
+        got["problem"] = "over_pool" if got["after"] > got["pool"] else None
+    return got
+
+
+def whole_tile_per_consumer(block_m, block_n, consumers, regs, headroom):
+    return L.ref_accumulator_fit(block_m, block_n, 1, regs, headroom)
+
+
+def row_major(t, m_tiles, n_tiles, group):
+    return divmod(t, n_tiles)
+
+
+def tail_group_as_full(t, m_tiles, n_tiles, group):
+    span = group * n_tiles
+    w = t % span
+    return (t // span * group + w % group, w // group)
+
+
+def l2_ignored(M, N, K, blk_m, blk_n, group, ctas, l2_bytes):
+    return L.ref_dram_bytes(M, N, K, blk_m, blk_n, group, ctas, 0)
+
+
+def mask_missing_a_cta(cm, cn, rank, blk_m, blk_n):
+    """The B mask leaves out the highest-ranked other CTA that shares the tile."""
+    got = L.ref_multicast_plan(cm, cn, rank, blk_m, blk_n)
+    others = got["b_mask"] & ~(1 << rank)
+    return dict(got, b_mask=got["b_mask"] & ~(1 << (others.bit_length() - 1))) if others else got
+
+
+def transposed_rank(cm, cn, rank, blk_m, blk_n):
+    """Reads the rank as i * cn + j instead of i + cm * j."""
+    i, j = rank // cn, rank % cn
+    return L.ref_multicast_plan(cm, cn, i + cm * j, blk_m, blk_n)
+
+
+def own_slices_only(cm, cn, blk_m, blk_n, blk_k, dtype_bytes, consumers):
+    got = L.ref_stage_counts(cm, cn, blk_m, blk_n, blk_k, dtype_bytes, consumers)
+    return dict(got, expect_tx=got["issued"])
+
+
+def arrivals_from_every_cta(cm, cn, blk_m, blk_n, blk_k, dtype_bytes, consumers):
+    got = L.ref_stage_counts(cm, cn, blk_m, blk_n, blk_k, dtype_bytes, consumers)
+    return dict(got, empty_arrivals=cm * cn * consumers)
+
+
+WRONG = [
+    ("a_ring", "persistent_waits", restart_per_tile),
+    ("a_ring", "persistent_waits", counter_from_tile_number),
+    ("a_ring", "persistent_waits", both_start_at_zero),
+    ("a_ring", "persistent_waits", off_by_one_parity),
+    ("a_ring", "ring_run", fresh_barrier_blocks),
+    ("a_ring", "ring_run", no_early_waits),
+    ("b_regs", "setmaxnreg_check", no_rounding),
+    ("b_regs", "setmaxnreg_check", direction_unchecked),
+    ("b_regs", "accumulator_fit", whole_tile_per_consumer),
+    ("c_sched", "grouped_tile", row_major),
+    ("c_sched", "grouped_tile", tail_group_as_full),
+    ("c_sched", "dram_bytes", l2_ignored),
+    ("d_cluster", "multicast_plan", mask_missing_a_cta),
+    ("d_cluster", "multicast_plan", transposed_rank),
+    ("d_cluster", "stage_counts", own_slices_only),
+    ("d_cluster", "stage_counts", arrivals_from_every_cta),
+]
+
+
+@pytest.mark.parametrize("part, name, wrong", WRONG, ids=[w.__name__ for _, _, w in WRONG])
+def test_wrong_answers_lose_points(reference, device, part, name, wrong):
+    module = types.SimpleNamespace(**{**vars(reference), name: wrong})
+    public = Context(LAB_SPEC, LAB_SPEC.part(part), inputs.PUBLIC_SEED, device, public_only=True)
+    r = public.to_result(labs.grade(LAB, part, module, public))
+    assert r.verdict != report.PASSED and r.points < r.max_points, r.message   # the public cases catch it
+    assert f"{name}(" in r.message, r.message
+    r = _grade(module, part, device)
+    assert r.verdict != report.PASSED and r.points < r.max_points, r.message
+
+
+def test_wrong_notebook_through_the_sandbox(root, edit, tmp_path):
+    """Row-major instead of grouped, and expect_tx of the own slices only: both parts lose points,
+    the other two keep theirs."""
+    nb = edit(os.path.join(root, *SOLUTION), {
+        "return first_row + within % rows_here, within // rows_here": "return t // n_tiles, t % n_tiles",
+        'return {"expect_tx": a_tile + b_tile,': 'return {"expect_tx": a_tile // cn + b_tile // cm,'})
+    res = grade_in_process(LAB, nb, [p.id for p in LAB_SPEC.parts], tmp_path / "grade")
+    assert res["a_ring"].verdict == report.PASSED and res["b_regs"].verdict == report.PASSED
+    for part, name in (("c_sched", "grouped_tile"), ("d_cluster", "stage_counts")):
+        assert res[part].verdict == report.PARTIAL and 0 < res[part].points < res[part].max_points, res[part].message
+        assert f"first wrong: {name}(" in res[part].message, res[part].message
