@@ -739,11 +739,19 @@ def solution_lines(notebook: str) -> list[str]:
 
 def secret_lines(root: str = REPO_ROOT) -> dict[str, str]:
     """Solution line -> its lab, for every lab; less the lines that another lab's student
-    notebook gives (a later lab's skeleton gives code an earlier lab asked for: lab 4 allocates
-    shared memory the way lab 2's solution does)."""
+    notebook or lecture gives (a later lab's skeleton gives code an earlier lab asked for: lab 4
+    allocates shared memory the way lab 2's solution does; lab 4's lecture shows the
+    `if T.ptx.elect_sync():` that lab 5's kernels use)."""
     labs = spec.lab_names()
-    given = {lab: {line.strip() for src in _cells(os.path.join(root, "assignments", lab, spec.load(lab).notebook))
-                   for line in src.splitlines()} for lab in labs}
+
+    def public_lines(lab: str) -> set[str]:
+        texts = _cells(os.path.join(root, "assignments", lab, spec.load(lab).notebook))
+        lecture = os.path.join(root, "lectures", lab, "index.md")
+        if os.path.isfile(lecture):
+            with open(lecture) as f:
+                texts.append(f.read())
+        return {line.strip() for src in texts for line in src.splitlines()}
+    given = {lab: public_lines(lab) for lab in labs}
     secret = {}
     for lab in labs:
         for s in solution_lines(os.path.join(root, "solutions", lab, spec.load(lab).notebook)):

@@ -54,10 +54,16 @@ _TRIVIAL = re.compile(rf"^(?:{_CALL}|for \w+(?:, \w+)* in {_CALL}:)$")
 def _secret_lines(root):
     """Every line between BEGIN/END SOLUTION and BEGIN/END HIDDEN TESTS of every solutions
     notebook, longer than a trivial token (over 12 characters, not a comment, not a trivial
-    call), less the lines another lab's student notebook gives (lab 4's skeleton allocates shared
-    memory the way lab 2's solution does)."""
-    given = {lab: {ln.strip() for src in _cells(os.path.join(root, "assignments", lab, spec.load(lab).notebook))[1]
-                   for ln in src.splitlines()} for lab in LABS}
+    call), less the lines another lab's student notebook or lecture gives (lab 4's skeleton
+    allocates shared memory the way lab 2's solution does)."""
+    given = {}
+    for lab in LABS:
+        texts = _cells(os.path.join(root, "assignments", lab, spec.load(lab).notebook))[1]
+        lecture = os.path.join(root, "lectures", lab, "index.md")
+        if os.path.isfile(lecture):
+            with open(lecture) as f:
+                texts.append(f.read())
+        given[lab] = {ln.strip() for src in texts for ln in src.splitlines()}
     secret = {}
     for lab in LABS:
         for src in _cells(os.path.join(root, "solutions", lab, spec.load(lab).notebook))[1]:
