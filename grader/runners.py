@@ -11,10 +11,12 @@ A spec part of kind "kernel" names its problem and its builders in ``params``::
 
 Correctness parts (no threshold table) give ``public_shapes`` and, for hidden runs,
 ``hidden_shapes`` (how many) with ``granule`` / ``hidden_max`` (and optionally
-``hidden_choices``): see ``Problem.draw_shape``. Every (builder, shape) pair runs on seeded
-inputs (cloned; the reference uses the untouched originals) into NaN-poisoned outputs, and is
-compared with the problem's float64 reference under its tolerance (grader.compare reports
-NaN/Inf, the first and the worst mismatch). The fraction is the share of pairs right.
+``hidden_choices``): see ``Problem.draw_shape``. ``shapes_by_track = { sm_90a = [[...], ...] }``
+adds public shapes that only the kernels of one track take (run after ``public_shapes`` when the
+GPU is of that track). Every (builder, shape) pair runs on seeded inputs (cloned; the reference
+uses the untouched originals) into NaN-poisoned outputs, and is compared with the problem's
+float64 reference under its tolerance (grader.compare reports NaN/Inf, the first and the worst
+mismatch). The fraction is the share of pairs right.
 
 Speed parts (a threshold table) give ``shapes``, optionally ``scalars`` (fixed scalar arguments),
 ``check_rows`` (check a sample of rows of large outputs instead of all) and
@@ -87,10 +89,18 @@ def builder_kwargs(params: dict, env: Env) -> dict:
     return {"num_sms": int(env.sm_count())} if params.get("num_sms") == "device" else {}
 
 
+def track_shapes(params: dict, track: str | None) -> list:
+    """The public shapes of ``shapes_by_track`` for ``track`` (``hopper``/``blackwell`` are
+    accepted for sm_90a/sm_100a): shapes the kernels of that track take and the other's do not."""
+    keyed = {TRACK_ALIASES.get(k, k): v for k, v in params.get("shapes_by_track", {}).items()}
+    return list(keyed.get(track, []))
+
+
 def case_shapes(problem: problems.Problem, ctx: Context) -> list:
-    """Public shapes, then (unless public_only) ``hidden_shapes`` shapes drawn from the run seed."""
+    """Public shapes (with those of ``shapes_by_track`` for the GPU's track), then (unless
+    public_only) ``hidden_shapes`` shapes drawn from the run seed."""
     p = ctx.part.params
-    shapes = [problem.shape(s) for s in p["public_shapes"]]
+    shapes = [problem.shape(s) for s in list(p["public_shapes"]) + track_shapes(p, ctx.device.track)]
     if not ctx.public_only and p.get("hidden_shapes"):
         r = inputs.rng(ctx.lab.lab, ctx.part.id, ctx.seed)
         shapes += [problem.draw_shape(r, p) for _ in range(int(p["hidden_shapes"]))]

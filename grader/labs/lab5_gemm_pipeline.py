@@ -29,12 +29,22 @@ notebook (the notebook's markdown states every rule these functions apply):
   ``empty_arrivals`` (the arrival count of each CTA's empty barriers).
 
 Every answer is compared exactly (after ``compare.normalize``: tuples and lists alike).
+
+The kernels: ``hopper_step5(M, N, K)``, ``hopper_step6..9(M, N, K, num_sms)`` (sm_90a, wgmma) and
+``blackwell_step5(M, N, K)``, ``blackwell_step6..9(M, N, K, num_sms)`` (sm_100a, tcgen05) ->
+PrimFunc computing D = A @ B.T (the problem ``gemm`` of grader/problems.py), called as
+``kernel(A, B, D)``. K is a multiple of 64; the Hopper kernels take M and N any multiple of 8, the
+Blackwell ones multiples of 128. Build parts (``common.build_part``) and kernel parts (the
+default runners) need no code here. The SASS part compiles the Hopper kernels, persistent ones
+for the arch's reference GPU, and checks them with Lab 4's accumulator-hazard scan.
 """
 from __future__ import annotations
 
-from .. import compare, inputs
+import functools
+
+from .. import compare, hardware, inputs
 from ..context import Context, Outcome
-from . import common
+from . import common, lab4_gemm
 
 LAB = "lab5_gemm_pipeline"
 
@@ -360,9 +370,35 @@ def grade_cluster(module, ctx: Context) -> Outcome:
                          "counts": ("cm", "cn", "blk_m", "blk_n", "blk_k", "dtype_bytes", "consumers")})
 
 
+# ---------------------------------------------------------------- the wgmma accumulator hazard
+
+class _WithSMCount:
+    """The submission as the SASS check sees it: the builders named in ``persistent`` are called
+    with ``num_sms``, everything else as it is."""
+
+    def __init__(self, module, persistent, num_sms: int):
+        self._module, self._persistent, self._num_sms = module, set(persistent), num_sms
+
+    def __getattr__(self, name: str):
+        fn = getattr(self._module, name)
+        return functools.partial(fn, num_sms=self._num_sms) if name in self._persistent else fn
+
+
+def grade_sass(module, ctx: Context) -> Outcome:
+    """Lab 4's SASS scan (grader/labs/lab4_gemm.py) over the Hopper steps: a share of the points
+    per clean kernel, none when any kernel reads an accumulator early. Persistent builders are
+    compiled for the arch's reference GPU (132 CTAs for sm_90a)."""
+    p = ctx.part.params
+    num_sms = hardware.SPECS[hardware.TRACK_DEFAULT[p["arch"]]].sm_count
+    return lab4_gemm.grade_sass(_WithSMCount(module, p.get("persistent", ()), num_sms), ctx)
+
+
 GRADERS = {
     "a_ring": grade_ring,
     "b_regs": grade_regs,
     "c_sched": grade_sched,
     "d_cluster": grade_cluster,
+    "sass_hazard": grade_sass,
+    # s5..s9_build_sm90/_sm100: common.build_part; s5..s9_correct and the speed parts: problem
+    # "gemm" (grader/problems.py), graded by grader/runners.py with the builder of the GPU's track
 }

@@ -1,7 +1,12 @@
-"""Lab 5 (CPU parts): the reference answers against hand-worked cases, and deliberately wrong answers
+"""Lab 5. CPU parts: the reference answers against hand-worked cases, and deliberately wrong answers
 lose points (tests/test_every_lab.py checks that the solution passes and the student version
 scores zero). Wrong functions are graded in this process by the lab's own grading functions, with
-the hidden cases; one test grades an edited notebook through the sandbox (conftest.grade_in_process)."""
+the hidden cases; one test grades an edited notebook through the sandbox (conftest.grade_in_process).
+Kernels (steps 5-9): the spec's shapes and thresholds against what the kernels take and what was
+measured, the runner's per-track shapes, edited kernels that lose their build part or the SASS
+check, and (on a GPU) edited kernels whose barriers never complete."""
+import dataclasses
+import json
 import math
 import os
 import random
@@ -10,13 +15,14 @@ import types
 import pytest
 from conftest import grade_in_process, import_notebook
 
-from grader import inputs, labs, report, spec
+from grader import hardware, inputs, labs, problems, report, runners, spec
 from grader.context import Context
 from grader.labs import lab5_gemm_pipeline as L
 
 LAB = "lab5_gemm_pipeline"
 LAB_SPEC = spec.load(LAB)
 SOLUTION = ("solutions", LAB, "lab5_gemm_pipeline.ipynb")
+CPU_PARTS = [p.id for p in LAB_SPEC.parts if p.kind == "function"]
 MIB = 1 << 20
 PLAN = {"producer": ["dec", 40], "consumer": ["inc", 232]}
 WS = ["producer", "consumer", "consumer"]
@@ -175,7 +181,7 @@ def _grade(module, part_id, device, seed=inputs.PUBLIC_SEED):
 
 @pytest.mark.parametrize("seed", [inputs.PUBLIC_SEED, 1, 2, 3])
 def test_solution_passes_hidden_cases_of_several_seeds(reference, device, seed):
-    for part in LAB_SPEC.parts:
+    for part in map(LAB_SPEC.part, CPU_PARTS):
         r = _grade(reference, part.id, device, seed)
         assert r.verdict == report.PASSED, (part.id, r.message)
 
@@ -321,8 +327,213 @@ def test_wrong_notebook_through_the_sandbox(root, edit, tmp_path):
     nb = edit(os.path.join(root, *SOLUTION), {
         "return first_row + within % rows_here, within // rows_here": "return t // n_tiles, t % n_tiles",
         'return {"expect_tx": a_tile + b_tile,': 'return {"expect_tx": a_tile // cn + b_tile // cm,'})
-    res = grade_in_process(LAB, nb, [p.id for p in LAB_SPEC.parts], tmp_path / "grade")
+    res = grade_in_process(LAB, nb, CPU_PARTS, tmp_path / "grade")
     assert res["a_ring"].verdict == report.PASSED and res["b_regs"].verdict == report.PASSED
     for part, name in (("c_sched", "grouped_tile"), ("d_cluster", "stage_counts")):
         assert res[part].verdict == report.PARTIAL and 0 < res[part].points < res[part].max_points, res[part].message
         assert f"first wrong: {name}(" in res[part].message, res[part].message
+
+
+# ---------------------------------------------------------------- kernels: the spec
+
+STEPS = range(5, 10)
+SMS = {"sm_90a": hardware.SPECS["H200"].sm_count, "sm_100a": hardware.SPECS["B200"].sm_count}
+# What one CTA (or, with a cluster, one cluster of `ctas` CTAs) computes at a time, per step and track.
+TILE = {("sm_90a", 5): (128, 128, 1), ("sm_90a", 6): (128, 128, 1), ("sm_90a", 7): (128, 128, 1),
+        ("sm_90a", 8): (128, 256, 1), ("sm_90a", 9): (256, 256, 2),
+        ("sm_100a", 5): (128, 128, 1), ("sm_100a", 6): (128, 128, 1), ("sm_100a", 7): (128, 128, 1),
+        ("sm_100a", 8): (256, 512, 4), ("sm_100a", 9): (512, 512, 4)}
+
+
+def _shapes(part, track):
+    return [tuple(s) for s in part.params["public_shapes"] + runners.track_shapes(part.params, track)]
+
+
+def _takes(track, shape):
+    """The shapes the reference kernels of a track take (the builders' docstrings in the notebook)."""
+    M, N, K = shape
+    grid = 8 if track == "sm_90a" else 128
+    return K % 64 == 0 and M % grid == 0 and N % grid == 0
+
+
+@pytest.mark.parametrize("step", STEPS)
+def test_every_step_has_its_parts_on_both_tracks(step):
+    b90, b100, correct = (LAB_SPEC.part(f"s{step}_{k}") for k in ("build_sm90", "build_sm100", "correct"))
+    assert (b90.params["builder"], b90.params["archs"]) == (f"hopper_step{step}", ["sm_90a"])
+    assert (b100.params["builder"], b100.params["archs"]) == (f"blackwell_step{step}", ["sm_100a"])
+    assert "not run on a B200" in b100.title
+    assert correct.params["builders"] == {"sm_90a": f"hopper_step{step}", "sm_100a": f"blackwell_step{step}"}
+    persistent = step >= 6
+    assert (b90.params.get("num_sms"), b100.params.get("num_sms")) == (("arch", "arch") if persistent else (None, None))
+    assert correct.params.get("num_sms") == ("device" if persistent else None)
+    assert all(1 <= p.points <= 3 for p in (b90, b100, correct))
+    if step in (5, 7, 8, 9):
+        speed = LAB_SPEC.part(f"s{step}_speed")
+        assert speed.params["shapes"] == [[4096, 4096, 4096], [8192, 8192, 8192]]
+        assert speed.params.get("num_sms") == correct.params.get("num_sms")
+
+
+@pytest.mark.parametrize("track", ["sm_90a", "sm_100a"])
+@pytest.mark.parametrize("step", STEPS)
+def test_correctness_shapes_fit_the_track_and_cover_the_hard_cases(step, track):
+    part = LAB_SPEC.part(f"s{step}_correct")
+    shapes = _shapes(part, track)
+    assert all(_takes(track, s) for s in shapes), shapes
+    assert all(_takes(track, s) for s in map(tuple, part.params["public_shapes"])), "public shapes run on both tracks"
+    if track == "sm_90a":                       # off the tile grid: edges of A, B and D
+        assert any(M % 128 or N % 128 for M, N, _ in shapes)
+    if step >= 6:                               # more tiles than CTAs, by a non-integer factor
+        tm, tn, ctas = TILE[track, step]
+        units = SMS[track] // ctas
+        factors = [math.ceil(M / tm) * math.ceil(N / tn) / units for M, N, _ in shapes]
+        assert any(f > 1 and not f.is_integer() for f in factors), factors
+        assert any(f < 1 for f in factors), factors      # and idle CTAs
+
+
+def test_hidden_shapes_are_drawn_on_the_grid_both_tracks_take():
+    part = LAB_SPEC.part("s9_correct")
+    r = random.Random(7)
+    prob = problems.get("gemm")
+    for _ in range(50):
+        shape = prob.draw_shape(r, part.params)
+        assert _takes("sm_100a", shape) and _takes("sm_90a", shape)
+
+
+@pytest.mark.parametrize("step", [5, 7, 8, 9])
+def test_h200_thresholds_leave_a_wide_margin_below_the_recorded_run(root, step):
+    with open(os.path.join(root, "reports", "h200", "lab5", "hopper_steps.json")) as f:
+        timing = json.load(f)["steps"][f"step{step}"]["timing"]
+    measured = math.sqrt(timing["4096x4096x4096"]["ratio"] * timing["8192x8192x8192"]["ratio"])
+    th = LAB_SPEC.part(f"s{step}_speed").thresholds
+    assert th["H200"].full <= 0.85 * measured and th["H200"].floor <= 0.5 * measured
+    assert "reports/h200/lab5/hopper_steps.json" in th["H200"].source and "one run" in th["H200"].source
+    assert th["B200"].status == "uncalibrated: not measured on a B200" and "book" in th["B200"].source
+
+
+def test_points_total():
+    assert LAB_SPEC.max_points == 45
+    assert all(1 <= p.points <= 3 for p in LAB_SPEC.parts)
+
+
+# ---------------------------------------------------------------- kernels: the runner's per-track shapes
+
+FAKE = {"sm_90a": hardware.Device(True, "NVIDIA H200 (fake)", hardware.SPECS["H200"], "test"),
+        "sm_100a": hardware.Device(True, "NVIDIA B200 (fake)", hardware.SPECS["B200"], "test")}
+
+
+def _context(part_id, track, params=None, public_only=True):
+    part = LAB_SPEC.part(part_id)
+    if params is not None:
+        part = dataclasses.replace(part, params={**part.params, **params})
+    return Context(LAB_SPEC, part, inputs.PUBLIC_SEED, FAKE[track], public_only=public_only)
+
+
+def test_shapes_by_track_run_only_on_that_track():
+    prob = problems.get("gemm")
+    hopper = [tuple(s) for s in runners.case_shapes(prob, _context("s7_correct", "sm_90a"))]
+    blackwell = [tuple(s) for s in runners.case_shapes(prob, _context("s7_correct", "sm_100a"))]
+    public = [tuple(s) for s in LAB_SPEC.part("s7_correct").params["public_shapes"]]
+    assert blackwell == public and hopper == public + [(1000, 776, 512)]
+    # the aliases of builders work here too, and hidden shapes come after the track's shapes
+    ctx = _context("s7_correct", "sm_90a", {"shapes_by_track": {"hopper": [[8, 16, 64]]}}, public_only=False)
+    shapes = [tuple(s) for s in runners.case_shapes(prob, ctx)]
+    assert shapes[:len(public) + 1] == public + [(8, 16, 64)] and len(shapes) == len(public) + 1 + 2
+
+
+@pytest.mark.parametrize("track, builder, extra", [("sm_90a", "hopper_step8", [(200, 136, 64)]),
+                                                   ("sm_100a", "blackwell_step8", [])])
+def test_correctness_runner_runs_the_tracks_shapes(track, builder, extra):
+    """The default runner on the CPU, a torch function standing in for the kernel."""
+    seen = []
+
+    def build(M, N, K, num_sms):
+        seen.append((M, N, K, num_sms))
+        return lambda A, B, D: D.copy_((A.float() @ B.float().T).half())
+    env = runners.Env(device="cpu", lower=lambda built: (built, "// fake"), sync=lambda: None,
+                      require_gpu=lambda ctx: None, sm_count=lambda: 7)
+    ctx = _context("s8_correct", track, {"public_shapes": [[128, 256, 64]],
+                                         "shapes_by_track": {"sm_90a": [[200, 136, 64]]}})
+    out = runners.correctness(types.SimpleNamespace(**{builder: build}), ctx, env)
+    assert out.fraction == 1.0, out.message
+    assert seen == [(128, 256, 64, 7)] + [s + (7,) for s in extra]
+
+
+def test_the_sass_check_passes_num_sms_to_persistent_builders_only():
+    module = types.SimpleNamespace(plain=lambda *a, **k: ("plain", a, k), persistent=lambda *a, **k: ("p", a, k))
+    view = L._WithSMCount(module, ["persistent"], 132)
+    assert view.plain(1, 2) == ("plain", (1, 2), {})
+    assert view.persistent(1, 2) == ("p", (1, 2), {"num_sms": 132})
+    assert LAB_SPEC.part("sass_hazard").params["persistent"] == [f"hopper_step{s}" for s in range(6, 10)]
+
+
+# ---------------------------------------------------------------- kernels: broken kernels lose their build part
+
+NO_MULTICAST = {"cta_group=1, cta_mask=(1 << CLUSTER_M) - 1,": "cta_group=1,"}
+NO_SETMAXNREG = {"T.ptx.setmaxnreg(False, PRODUCER_REGS)": "", "T.ptx.setmaxnreg(True, CONSUMER_REGS)": "",
+                 "T.ptx.setmaxnreg(True, EPILOGUE_REGS)": ""}
+LAST_WAIT_1 = {"T.ptx.wgmma.wait_group(0)": "T.ptx.wgmma.wait_group(1)"}
+
+
+@pytest.mark.slow
+def test_step9_without_multicast_loses_the_multicast_mechanism(root, edit, tmp_path):
+    """Each CTA loads its half of B into its own shared memory only: it still compiles (and hangs
+    on a GPU: the full barrier expects both halves)."""
+    nb = edit(os.path.join(root, *SOLUTION), NO_MULTICAST)
+    r = grade_in_process(LAB, nb, ["s9_build_sm90"], tmp_path / "grade")["s9_build_sm90"]
+    assert r.verdict == report.FAILED and r.points == 0, r.message
+    assert "sm_90a: compiled" in r.message
+    assert "TMA loads multicast to a cluster (UTMALDG...MULTICAST): MISSING" in r.message, r.message
+    assert "a barrier across the CTAs of a cluster (UCGABAR): found" in r.message
+
+
+@pytest.mark.slow
+def test_step7_without_setmaxnreg_loses_it_on_both_tracks(root, edit, tmp_path):
+    nb = edit(os.path.join(root, *SOLUTION), NO_SETMAXNREG)
+    res = grade_in_process(LAB, nb, ["s7_build_sm90", "s7_build_sm100"], tmp_path / "grade")
+    for part in ("s7_build_sm90", "s7_build_sm100"):
+        r = res[part]
+        assert r.verdict == report.FAILED and r.points == 0, r.message
+        assert "compiled" in r.message
+        assert "(setmaxnreg.inc: USETMAXREG.TRY_ALLOC): MISSING" in r.message, r.message
+        assert "(setmaxnreg.dec: USETMAXREG.DEALLOC): MISSING" in r.message, r.message
+
+
+@pytest.mark.slow
+def test_no_final_wgmma_wait_fails_the_sass_check(root, edit, tmp_path):
+    nb = edit(os.path.join(root, *SOLUTION), LAST_WAIT_1)
+    r = grade_in_process(LAB, nb, ["sass_hazard"], tmp_path / "grade")["sass_hazard"]
+    assert r.verdict == report.FAILED and r.points == 0, r.message
+    assert r.message.startswith("accumulator hazard:") and "hopper_step9" in r.message, r.message
+
+
+# ---------------------------------------------------------------- kernels: on a GPU, barriers that never complete
+
+PRODUCER_STARTS_AT_0 = {"sm_90a": {"ps[1] = 1": "ps[1] = 0"},
+                        "sm_100a": {"ld = PipelineState(STAGES, phase=1)": "ld = PipelineState(STAGES, phase=0)"}}
+
+
+def _needs_track(device, track):
+    if not device.present or device.track != track:
+        pytest.skip(f"needs a {track} GPU")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("track", ["sm_90a", "sm_100a"])
+def test_wrong_ring_phase_hangs_and_gets_a_clear_verdict(root, edit, device, track):
+    """The producer waits on empty[s] with the consumers' start parity: on a fresh barrier that
+    wait blocks, and so does the consumers' wait on full[s]."""
+    _needs_track(device, track)
+    nb = edit(os.path.join(root, *SOLUTION), PRODUCER_STARTS_AT_0[track])
+    r = grade_in_process(LAB, nb, ["s7_correct"], None)["s7_correct"]
+    assert r.verdict == report.ERROR and r.points == 0, r.message
+    assert "timed out" in r.message and "barrier wait that never completes" in r.message, r.message
+
+
+@pytest.mark.gpu
+def test_step9_without_multicast_hangs_on_hopper(root, edit, device):
+    """The full barrier expects its A tile and the whole B tile; only its own half of B arrives."""
+    _needs_track(device, "sm_90a")
+    nb = edit(os.path.join(root, *SOLUTION), NO_MULTICAST)
+    r = grade_in_process(LAB, nb, ["s9_correct"], None)["s9_correct"]
+    assert r.verdict == report.ERROR and r.points == 0, r.message
+    assert "timed out" in r.message and "barrier wait that never completes" in r.message, r.message
