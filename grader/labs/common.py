@@ -187,3 +187,16 @@ def near(a: float, b: float, rel: float) -> bool:
 
 def finite(x: float) -> bool:
     return isinstance(x, (int, float)) and math.isfinite(x)
+
+
+def same_answer(got, exp) -> bool:
+    """Equal after compare.normalize (lists and tuples alike); an odd answer is a wrong answer."""
+    try:
+        return compare.normalize(got) == compare.normalize(exp)
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def hidden_count(ctx: Context) -> int:
+    """How many hidden cases a part draws: none when only the public cases are graded."""
+    return 0 if ctx.public_only else ctx.part.params["hidden_cases"]

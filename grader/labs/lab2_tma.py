@@ -107,8 +107,7 @@ def _same_seq(got, exp) -> bool:
 
 # ---------------------------------------------------------------- cases
 
-def _hidden(ctx: Context) -> int:
-    return 0 if ctx.public_only else ctx.part.params["hidden_cases"]
+_hidden = common.hidden_count
 
 
 def box_cases(ctx: Context) -> list[tuple]:

@@ -103,18 +103,8 @@ def ref_same_tiles(bx: int, by: int, M: int, N: int, blk_m: int, blk_n: int) -> 
 
 # ---------------------------------------------------------------- comparison helpers
 
-_norm = compare.normalize
-
-
-def _same(got, exp) -> bool:
-    try:
-        return _norm(got) == _norm(exp)
-    except Exception:  # noqa: BLE001 - an odd answer is a wrong answer
-        return False
-
-
-def _hidden(ctx: Context) -> int:
-    return 0 if ctx.public_only else ctx.part.params["hidden_cases"]
+_same = common.same_answer
+_hidden = common.hidden_count
 
 
 # ---------------------------------------------------------------- part a: descriptor and fragment
@@ -270,7 +260,7 @@ def grid_cases(ctx: Context) -> list[tuple]:
 def _sorted_ctas(got):
     """The order of the CTAs in a list does not matter."""
     if isinstance(got, dict):
-        got = {k: sorted(_norm(v)) if isinstance(v, (list, tuple, set)) else v for k, v in got.items()}
+        got = {k: sorted(compare.normalize(v)) if isinstance(v, (list, tuple, set)) else v for k, v in got.items()}
     return got
 
 
