@@ -98,12 +98,16 @@ def track_shapes(params: dict, track: str | None) -> list:
 
 def case_shapes(problem: problems.Problem, ctx: Context) -> list:
     """Public shapes (with those of ``shapes_by_track`` for the GPU's track), then (unless
-    public_only) ``hidden_shapes`` shapes drawn from the run seed."""
+    public_only) ``hidden_shapes`` shapes drawn from the run seed, on the ``granule`` of
+    ``granule_by_track`` for the GPU's track when it names one (a finer grid that one track's
+    kernels take)."""
     p = ctx.part.params
     shapes = [problem.shape(s) for s in list(p["public_shapes"]) + track_shapes(p, ctx.device.track)]
     if not ctx.public_only and p.get("hidden_shapes"):
         r = inputs.rng(ctx.lab.lab, ctx.part.id, ctx.seed)
-        shapes += [problem.draw_shape(r, p) for _ in range(int(p["hidden_shapes"]))]
+        fine = {TRACK_ALIASES.get(k, k): v for k, v in p.get("granule_by_track", {}).items()}
+        draw = {**p, "granule": fine[ctx.device.track]} if ctx.device.track in fine else p
+        shapes += [problem.draw_shape(r, draw) for _ in range(int(p["hidden_shapes"]))]
     return shapes
 
 

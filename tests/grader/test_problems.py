@@ -603,3 +603,13 @@ def test_persistent_builders_get_the_sm_count_read_from_the_device():
     assert out.fraction == 1.0 and seen and set(seen) == {77} and out.measurements["num_sms"] == 77
     with pytest.raises(TypeError):                     # without the param, no num_sms is passed
         runners.correctness(module(hopper_step2=build), context("lab4_gemm", "s2_correct", public_only=True), cpu_env())
+
+
+def test_hidden_shapes_use_the_finer_grid_of_the_gpus_track():
+    params = {"granule_by_track": {"hopper": [8, 8, 64]}, "hidden_shapes": 40, "public_shapes": [[128, 128, 64]],
+              "granule": [128, 128, 64], "hidden_max": [3072, 3072, 2048]}
+    hopper = runners.case_shapes(problems.get("gemm"), context("lab4_gemm", "s2_correct", FAKE_H200, params))
+    blackwell = runners.case_shapes(problems.get("gemm"), context("lab4_gemm", "s2_correct", FAKE_B200, params))
+    assert all(s.M % 8 == 0 and s.N % 8 == 0 and s.K % 64 == 0 for s in hopper[1:])
+    assert any(s.M % 128 or s.N % 128 for s in hopper[1:])             # off the tile grid somewhere
+    assert all(s.M % 128 == 0 and s.N % 128 == 0 for s in blackwell[1:])
