@@ -1,8 +1,8 @@
 #!/usr/bin/env python
-"""Correctness and speed of the Lab 5 Hopper kernels (lab5dev/hopper_kernels.py) on an H100/H200.
+"""Correctness and speed of the Lab 5 Hopper kernels (the solution notebook's hopper_step5..9) on an H100/H200.
 
-    python lab5dev/hopper_gpu_check.py --out DIR            # everything, a few minutes
-    python lab5dev/hopper_gpu_check.py --out DIR --quick    # correctness + the 4096^3 timing only
+    python reports/h200/lab5/scripts/hopper_gpu_check.py --out DIR            # everything, a few minutes
+    python reports/h200/lab5/scripts/hopper_gpu_check.py --out DIR --quick    # correctness + the 4096^3 timing only
 
 Each step (5..9) runs in its own child process, so that one step that fails, crashes or hangs
 (a deadlocked pipeline never returns) cannot stop the others: the children compile their kernels
@@ -33,7 +33,23 @@ import time
 import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(HERE)
+REPO = os.path.abspath(os.path.join(HERE, *[os.pardir] * 4))
+NOTEBOOK = os.path.join(REPO, "solutions", "lab5_gemm_pipeline", "lab5_gemm_pipeline.ipynb")
+
+
+def _notebook_kernels():
+    """The solution notebook's module cells (its builders hopper_step5..9), imported the way the
+    course's tests import reference code."""
+    import importlib.util
+    import tempfile
+    sys.path.insert(0, REPO)
+    from grader import submission
+    module = submission.write_module(NOTEBOOK, tempfile.mkdtemp(prefix="lab5-kernels-"))
+    spec = importlib.util.spec_from_file_location("lab5_kernels", module.path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["lab5_kernels"] = mod
+    spec.loader.exec_module(mod)
+    return mod
 
 STEPS = [5, 6, 7, 8, 9]
 CORRECTNESS_SHAPES = [(256, 256, 64), (128, 256, 128), (1000, 776, 512), (4096, 4096, 4096), (2304, 3840, 1024)]
@@ -92,7 +108,7 @@ class Worker:
             self.res["toolchain"] = course_build.configure_toolchain()
         except Exception as e:  # noqa: BLE001
             self.res["toolchain"] = f"tvm defaults ({type(e).__name__}: {e})"
-        import hopper_kernels as hk
+        hk = _notebook_kernels()
 
         gpu = torch.cuda.is_available()
         if gpu:

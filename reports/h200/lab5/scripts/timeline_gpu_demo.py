@@ -1,7 +1,7 @@
 """Pipeline timeline of traced Hopper GEMMs on the GPU (H100/H200, sm_90a).
 
-    python lab5dev/timeline_gpu_demo.py --out DIR            # < 2 minutes on an H200
-    python lab5dev/timeline_gpu_demo.py --out DIR --cpu-dry-run   # no GPU: compile, fake trace
+    python reports/h200/lab5/scripts/timeline_gpu_demo.py --out DIR            # < 2 minutes on an H200
+    python reports/h200/lab5/scripts/timeline_gpu_demo.py --out DIR --cpu-dry-run   # no GPU: compile only
 
 For each configuration (the traced Lab 4 step-4 kernel, a warp-specialized 2- and 4-stage
 producer/consumer kernel; %clock and %globaltimer stamps), on 4096 x 4096 x 4096 fp16
@@ -30,12 +30,12 @@ import time
 import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
+ROOT = os.path.abspath(os.path.join(HERE, *[os.pardir] * 4))
 sys.path[:0] = [HERE, ROOT]
 
 import numpy as np  # noqa: E402
 
-import timeline as tl  # noqa: E402
+from grader import timeline as tl  # noqa: E402
 
 # name -> (builder, builder kwargs, stamp). Run in this order: the known-good Lab 4 kernel first.
 CONFIGS = {
@@ -154,28 +154,6 @@ def kind_stats(events):
             for role, kinds in acc.items()}
 
 
-# ---------------------------------------------------------------------------------------------
-def fake_trace(info, stamp, seed):
-    """--cpu-dry-run: a synthetic pipeline laid out exactly like the kernel's real trace."""
-    nb, ng, rec = info["num_ctas"], info["num_groups"], info["records_per_group"]
-    k_tiles = info["K"] // 64
-    stages = info.get("stages", 1)
-    rng = np.random.default_rng(seed)
-    ev = []
-    per_sm = {}
-    for cta in range(nb):
-        sm = cta % 132
-        start = per_sm.get(sm, 0.0) + 500.0
-        one = tl.synthetic_pipeline(num_ctas=1, k_tiles=k_tiles, stages=stages, consumers=ng - 1,
-                                    t_load=900.0, t_mma=420.0, seed=int(rng.integers(1 << 30)))
-        for e in one:
-            e.cta, e.sm = cta, sm
-            e.start_ns += start
-            e.end_ns += start
-            e.role = info["group_names"][e.group]
-        per_sm[sm] = max(e.end_ns for e in one)
-        ev += one
-    return tl.encode(ev, nb, ng, rec, stamp=stamp, clock_ghz=1.755)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -251,7 +229,7 @@ def main():
     ap.add_argument("--size", type=int, default=4096)
     ap.add_argument("--configs", default=",".join(CONFIGS), help="comma-separated, of: " + ", ".join(CONFIGS))
     ap.add_argument("--reps", type=int, default=25)
-    ap.add_argument("--cpu-dry-run", action="store_true", help="no GPU: compile, decode a fake trace")
+    ap.add_argument("--cpu-dry-run", action="store_true", help="no GPU: compile the traced kernels only")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     names = [n.strip() for n in args.configs.split(",") if n.strip()]
@@ -330,9 +308,10 @@ def main():
                 r["compile_s_untraced"] = round(time.time() - t, 1)
             ex0 = untraced_cache[key]
             log(f"{name}: built (traced {r['compile_s_traced']} s); timer reads in source: {info['timer_reads_in_source']}")
-            if dry:
-                raw = fake_trace(info, stamp, seed=i)
-                r.update(time_traced_ms=float("nan"), time_untraced_ms=float("nan"))
+            if dry:                                      # no GPU: the builds are the check
+                r["dry_run"] = "built only"
+                save_summary()
+                continue
             else:
                 prof = trace_tensor(info["buf_len"], tvm)
                 dummy = trace_tensor(1, tvm)

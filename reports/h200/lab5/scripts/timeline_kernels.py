@@ -24,7 +24,7 @@ from tvm.script.tirx import tile as Tx
 from tvm.backend.cuda.tile_primitive.tma_utils import mma_shared_layout, SwizzleMode
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from timeline import Tracer, buffer_len  # noqa: E402
+from grader.timeline import Tracer, buffer_len  # noqa: E402
 
 f16, f32 = "float16", "float32"
 BLK_M, BLK_N, BLK_K = 128, 128, 64
