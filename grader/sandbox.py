@@ -344,9 +344,13 @@ def claim_uid() -> tuple[int, int]:
             fd = os.open(path, os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW, 0o600)
         except OSError:
             continue
-        if os.fstat(fd).st_uid != os.geteuid():     # planted by someone else: not ours to use
-            os.close(fd)
-            continue
+        if os.fstat(fd).st_uid != os.geteuid():     # planted by a child: replace it, so that
+            os.close(fd)                            # planted files cannot use up the ids
+            try:
+                os.unlink(path)
+                fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR | os.O_NOFOLLOW, 0o600)
+            except OSError:
+                continue
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -37,3 +37,20 @@ def test_parts_spread_over_workers_grade_as_one(monkeypatch):
     assert [r.part for r in res] == ["a_flops", "a_bytes", "a_predict", "b_correct", "c_roofline"]
     assert [r.verdict for r in res] == [report.PASSED] * 3 + [report.SKIPPED, report.PASSED]
     assert all(not w.session.alive for w in made)
+
+
+def test_lock_files_planted_by_a_child_do_not_use_up_the_ids():
+    if os.geteuid() != 0:
+        pytest.skip("own users need root")
+    first, fd = sandbox.claim_uid()
+    os.close(fd)
+    path = f"/tmp/grader-uid-{first}.lock"
+    os.unlink(path)
+    with open(path, "w"):
+        pass
+    os.chown(path, first, first)                      # what a child running as that user could leave
+    uid, fd = sandbox.claim_uid()
+    try:
+        assert uid == first and os.stat(path).st_uid == os.geteuid()
+    finally:
+        os.close(fd)
