@@ -73,7 +73,7 @@ def builder_names(params: dict, ctx: Context) -> list[str]:
     if b is None:
         raise KeyError(f"{ctx.lab.lab}.{ctx.part.id}: a kernel part names `builder` or `builders`")
     if isinstance(b, dict):
-        keyed = {TRACK_ALIASES.get(k, k): v for k, v in b.items()}
+        keyed = by_track(b)
         track = ctx.device.track
         if track not in keyed:
             raise RuntimeError(f"{ctx.lab.lab}.{ctx.part.id} has no builder for this GPU's track "
@@ -89,11 +89,15 @@ def builder_kwargs(params: dict, env: Env) -> dict:
     return {"num_sms": int(env.sm_count())} if params.get("num_sms") == "device" else {}
 
 
+def by_track(table: dict | None) -> dict:
+    """A table keyed by track, with ``hopper``/``blackwell`` accepted for sm_90a/sm_100a."""
+    return {TRACK_ALIASES.get(k, k): v for k, v in (table or {}).items()}
+
+
 def track_shapes(params: dict, track: str | None) -> list:
-    """The public shapes of ``shapes_by_track`` for ``track`` (``hopper``/``blackwell`` are
-    accepted for sm_90a/sm_100a): shapes the kernels of that track take and the other's do not."""
-    keyed = {TRACK_ALIASES.get(k, k): v for k, v in params.get("shapes_by_track", {}).items()}
-    return list(keyed.get(track, []))
+    """The public shapes of ``shapes_by_track`` for ``track``: shapes the kernels of that track
+    take and the other's do not."""
+    return list(by_track(params.get("shapes_by_track")).get(track, []))
 
 
 def case_shapes(problem: problems.Problem, ctx: Context) -> list:
@@ -105,7 +109,7 @@ def case_shapes(problem: problems.Problem, ctx: Context) -> list:
     shapes = [problem.shape(s) for s in list(p["public_shapes"]) + track_shapes(p, ctx.device.track)]
     if not ctx.public_only and p.get("hidden_shapes"):
         r = inputs.rng(ctx.lab.lab, ctx.part.id, ctx.seed)
-        fine = {TRACK_ALIASES.get(k, k): v for k, v in p.get("granule_by_track", {}).items()}
+        fine = by_track(p.get("granule_by_track"))
         draw = {**p, "granule": fine[ctx.device.track]} if ctx.device.track in fine else p
         shapes += [problem.draw_shape(r, draw) for _ in range(int(p["hidden_shapes"]))]
     return shapes
