@@ -65,6 +65,7 @@ class Device:
     row_note: str             # how the row was chosen, for the report
     reason: str = ""          # why there is no GPU, when present is False
     uuid: str = ""            # the GPU's UUID (names its grading lock), "" without a GPU
+    sm_count: int = 0         # streaming multiprocessors, as the driver reports them (0 without a GPU)
 
     @property
     def track(self) -> str | None:
@@ -111,11 +112,12 @@ def detect() -> Device:
     spec, note = spec_for_name(name, cap)
     if spec is None:
         return Device(False, name, None, note, reason=note)
+    props = torch.cuda.get_device_properties(0)
     try:
-        uuid = str(torch.cuda.get_device_properties(0).uuid)
+        uuid = str(props.uuid)
     except (AttributeError, RuntimeError):
         uuid = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0]
-    return Device(True, name, spec, note, uuid=uuid)
+    return Device(True, name, spec, note, uuid=uuid, sm_count=int(props.multi_processor_count))
 
 
 def has_gpu() -> bool:

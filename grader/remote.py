@@ -14,8 +14,10 @@ which never talks to the child itself).
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import socket
+import threading
 import time
 from typing import Any
 
@@ -40,11 +42,49 @@ def _raise_for(reply: dict, what: str) -> None:
     raise StudentError(f"{what} raised {reply.get('error')}: {msg}\n{str(reply.get('traceback', ''))[-1500:]}")
 
 
+class Builds:
+    """The kernels of one submission, shared by the workers that grade it (threads of the grading
+    process, each with its own child).
+
+    A builder called again with the same arguments, by any worker, gives the same kernel id
+    without running the student's code again; each (kernel, arch) is compiled and exported once.
+    A worker whose child did not build a kernel (another worker's did, or an earlier child of its
+    own that was stopped before timing) asks its child to build it only when it needs a library
+    that nobody has exported. So the grader can build a part's kernels ahead of the part, in
+    parallel (grader/run.py), and a timed part whose kernels are all built starts no child.
+    Failures are kept too: a builder that raised, or a compile that failed, gives the same
+    verdict again at once; a call that timed out or crashed its child fails at once."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._busy: dict[tuple, threading.Lock] = {}
+        self.ids: dict[str, int] = {}                   # call key -> kernel id
+        self.calls: dict[int, dict] = {}                # kernel id -> the call that built it
+        self.paths: dict[tuple[int, str], str] = {}     # (kernel id, arch) -> library (grader's copy)
+        self.failed: dict[Any, dict] = {}               # call key or (kernel id, arch) -> error reply
+        self.broken: dict[str, str] = {}                # call key -> why the child failed on it
+
+    @staticmethod
+    def key(msg: dict) -> str:
+        return json.dumps([msg["name"], msg.get("args", []), msg.get("kwargs", {})], sort_keys=True)
+
+    def busy(self, what: tuple) -> threading.Lock:
+        """A lock per call key or (kernel, arch): two workers never build the same thing at once."""
+        with self._lock:
+            return self._busy.setdefault(what, threading.Lock())
+
+    def add(self, key: str, msg: dict) -> int:
+        with self._lock:
+            kid = self.ids.setdefault(key, len(self.ids) + 1)
+            self.calls[kid] = msg
+            return kid
+
+
 class ChildBackend:
     """Requests to a sandboxed child, with the time left of the current part."""
 
     def __init__(self, session: ChildSession, trusted_dir: str, relocate=lambda s: s,
-                 import_timeout: float = 180.0):
+                 import_timeout: float = 180.0, builds: Builds | None = None):
         self.session = session
         self.trusted_dir = trusted_dir
         self.relocate = relocate
@@ -52,8 +92,9 @@ class ChildBackend:
         self.deadline = float("inf")
         self.import_failure: str | None = None
         self.cell_errors: list[str] = []
-        self.generation = 0                 # kernel handles are only valid within one child
-        self.libraries: dict[tuple, str] = {}
+        self.generation = 0                 # a child's own kernel handles are valid only within it
+        self.builds = builds if builds is not None else Builds()
+        self.handles: dict[int, tuple[int, int]] = {}   # kernel id -> (generation, the child's handle)
 
     def ensure_started(self) -> None:
         if self.import_failure:
@@ -81,21 +122,59 @@ class ChildBackend:
             reply["traceback"] = self.relocate(str(reply.get("traceback", "")))
         return reply
 
-    def call(self, name: str, args: list, kwargs: dict) -> dict:
-        return self._request({"op": "call", "name": name, "args": args, "kwargs": kwargs})
+    def call(self, name: str, args: list, kwargs: dict, keep_failure: bool = False) -> dict:
+        """Call a function of the submission. A kernel it returns is known by an id shared with the
+        other workers (see :class:`Builds`); ``keep_failure`` (building ahead of a part) keeps an
+        error or a failed child as this call's answer for the part."""
+        msg = {"op": "call", "name": name, "args": args, "kwargs": kwargs}
+        key, b = Builds.key(msg), self.builds
+        with b.busy(("call", key)):
+            if key in b.ids:
+                return {"kernel": b.ids[key]}
+            if key in b.failed:
+                return dict(b.failed[key])
+            if key in b.broken:
+                raise SandboxFailure(b.broken[key])
+            try:
+                reply = self._request(msg)
+            except SandboxFailure as e:
+                if keep_failure:
+                    b.broken[key] = str(e)
+                raise
+            if "kernel" in reply:
+                kid = b.add(key, msg)
+                self.handles[kid] = (self.generation, int(reply["kernel"]))
+                return {"kernel": kid}
+            if keep_failure and "error" in reply:
+                b.failed[key] = dict(reply)
+            return reply
 
     def plot(self, name: str, args: list) -> dict:
         return self._request({"op": "plot", "name": name, "args": args})
 
     def export(self, kernel: int, arch: str) -> dict:
-        key = (self.generation, kernel, arch)
-        if key in self.libraries:
-            return {"path": self.libraries[key]}
-        reply = self._request({"op": "export", "kernel": kernel, "arch": arch})
-        if "path" in reply:
-            reply = {"path": self.session.fetch(str(reply["path"]), self.trusted_dir)}
-            self.libraries[key] = reply["path"]
-        return reply
+        what, b = (kernel, arch), self.builds
+        with b.busy(("export",) + what):
+            if what in b.paths:
+                return {"path": b.paths[what]}
+            if what in b.failed:
+                return dict(b.failed[what])
+            gen, handle = self.handles.get(kernel, (None, 0))
+            if gen != self.generation or not self.session.alive:
+                if kernel not in b.calls:
+                    raise SandboxFailure(f"no kernel {kernel} was built")
+                reply = self._request(b.calls[kernel])       # built elsewhere: build it in this child
+                if "kernel" not in reply:
+                    return reply
+                handle = int(reply["kernel"])
+                self.handles[kernel] = (self.generation, handle)
+            reply = self._request({"op": "export", "kernel": handle, "arch": arch})
+            if "path" in reply:
+                b.paths[what] = self.session.fetch(str(reply["path"]), self.trusted_dir)
+                return {"path": b.paths[what]}
+            if "error" in reply:
+                b.failed[what] = dict(reply)
+            return reply
 
     def end(self) -> None:
         """Stop the child and everything it started (before the grader times a kernel)."""

@@ -9,7 +9,10 @@
 3. CPU parts are graded here: this process makes the cases, sends only their inputs, and
    compares the answers it gets back.
 4. GPU parts are graded in the GPU harness (grader/harness.py), a trusted process that asks
-   this one for kernel libraries; before timing, the child is stopped. A deadlocked kernel is
+   this one for kernel libraries. The kernels of the GPU parts are built ahead, spread over the
+   children with the untimed parts, into a table shared by the workers (remote.Builds): the same
+   builder with the same arguments is built and exported once. Before timing, the child is
+   stopped; a timed part whose kernels were built ahead starts no child again. A deadlocked kernel is
    caught by the harness within ``hang_s`` of its launch; a harness that stops answering is
    killed at the part's time limit.
 5. A performance part below full credit is measured again in a fresh harness (at most
@@ -18,12 +21,14 @@ Temporary folders are removed and every process is stopped before check_lab retu
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from typing import Callable
 
@@ -163,14 +168,61 @@ class _Worker:
     """One sandboxed child (it runs the notebook's cells) and its GPU harness."""
 
     def __init__(self, module_path: str, hidden: list[str], cpu_s: int, trusted: str, relocate,
-                 import_timeout: float) -> None:
+                 import_timeout: float, builds: remote.Builds) -> None:
         self.session = sandbox.ChildSession(module_path, hide=hidden, limits=sandbox.Limits(cpu_s=cpu_s))
-        self.backend = remote.ChildBackend(self.session, trusted, relocate, import_timeout=import_timeout)
+        self.backend = remote.ChildBackend(self.session, trusted, relocate, import_timeout=import_timeout,
+                                           builds=builds)
         self.harness = Harness()
 
     def close(self) -> None:
         self.session.close()
         self.harness.close()
+
+
+@dataclasses.dataclass
+class _BuildAhead:
+    """One kernel a GPU part will ask for, built (and exported for the GPU's arch) by whichever
+    worker is free, before the part runs: kernels compile in parallel, and a timed part whose
+    kernels are all built needs no child at all (remote.Builds)."""
+    part: spec.Part
+    name: str
+    args: tuple
+    kwargs: dict
+
+
+def builds_ahead(lab_spec: spec.LabSpec, parts: list[spec.Part], seed: int, device: hardware.Device,
+                 public_only: bool) -> list[_BuildAhead]:
+    """The kernels the GPU parts of ``parts`` that use the default kernel runner will build, timed
+    parts' first (they end the run), each (builder, arguments) once."""
+    from . import runners
+    out, seen = [], set()
+    for part in sorted(parts, key=lambda p: not p.thresholds):
+        if not (part.needs_gpu and part.kind == "kernel" and labs.grading_function(lab_spec.lab, part)
+                is runners.DEFAULT_RUNNERS["kernel"]):
+            continue
+        ctx = Context(lab_spec, part, seed, device, public_only=public_only)
+        try:
+            calls = runners.planned_calls(ctx, device.sm_count)
+        except Exception:  # noqa: BLE001 - a part the planner cannot read reports it itself
+            continue
+        for name, args, kw in calls:
+            key = (name, tuple(args), tuple(sorted(kw.items())))
+            if key not in seen:
+                seen.add(key)
+                out.append(_BuildAhead(part, name, tuple(args), dict(kw)))
+    return out
+
+
+def _build_ahead(w: _Worker, job: _BuildAhead, arch: str) -> None:
+    """Build one kernel into the shared table; whatever goes wrong is the part's to report (its
+    builder call then fails at once with the same verdict, without a second time limit)."""
+    w.backend.deadline = time.monotonic() + job.part.timeout_s
+    try:
+        reply = w.backend.call(job.name, list(job.args), job.kwargs, keep_failure=True)
+        if "kernel" in reply:
+            w.backend.export(int(reply["kernel"]), arch)
+    except sandbox.SandboxFailure:
+        pass
 
 
 def check_lab(lab: str, submission_path: str | None, seed: int, device: hardware.Device,
@@ -210,15 +262,28 @@ def check_lab(lab: str, submission_path: str | None, seed: int, device: hardware
         os.makedirs(trusted)
         cpu_s = int(sum(p.timeout_s for p in selected)) + 600
 
+        builds = remote.Builds()
+
         def new_worker() -> _Worker:
             w = _Worker(module.path, hidden, cpu_s, trusted, module.relocate,
-                        float(lab_spec.raw.get("import_timeout_s", 180)))
+                        float(lab_spec.raw.get("import_timeout_s", 180)), builds)
             pool.append(w)
             return w
 
         results: dict[str, report.PartResult] = {}
+        built: list[_BuildAhead] = []
+        done_lock = threading.Lock()
+        ahead: list[_BuildAhead] = []
 
-        def grade_part(w: _Worker, part: spec.Part) -> None:
+        def grade_part(w: _Worker, part) -> None:
+            if isinstance(part, _BuildAhead):
+                t0 = time.monotonic()
+                _build_ahead(w, part, device.track)
+                with done_lock:
+                    built.append(part)
+                    progress(f"[{lab}] built ahead {len(built)}/{len(ahead)}: {part.name}{part.args}"
+                             f" for {part.part.id} ({time.monotonic() - t0:.1f} s)")
+                return
             i = selected.index(part) + 1
             head = f"[{lab} {i}/{len(selected)}] {part.id}: {part.title}"
             if part.needs_gpu and not device.present:
@@ -257,8 +322,11 @@ def check_lab(lab: str, submission_path: str | None, seed: int, device: hardware
         order = sorted(selected, key=lambda p: (p.needs_gpu, bool(p.thresholds)))
         untimed = [p for p in order if not (p.needs_gpu and p.thresholds)]
         timed = [p for p in order if p.needs_gpu and p.thresholds]
-        n = max(1, min(workers or default_workers(), len(untimed)))
-        _in_pool(n, untimed, new_worker, grade_part)
+        ahead += builds_ahead(lab_spec, selected, seed, device, public_only) if device.present else []
+        if ahead:
+            progress(f"[{lab}] building {len(ahead)} kernels of the GPU parts ahead, in parallel")
+        n = max(1, min(workers or default_workers(), len(untimed) + len(ahead)))
+        _in_pool(n, ahead + untimed, new_worker, grade_part)
         if n > 1 and device.present:
             for p in untimed:            # a hang beside other kernels may be theirs: grade it again alone
                 if p.needs_gpu and results[p.id].verdict == report.ERROR and "timed out" in results[p.id].message:
@@ -288,7 +356,6 @@ def _in_pool(n: int, parts: list, new_worker: Callable[[], _Worker], grade_part)
         for p in parts:
             grade_part(w, p)
         return
-    import threading
     queue = list(parts)
     lock = threading.Lock()
     failures: list[BaseException] = []

@@ -83,10 +83,25 @@ def builder_names(params: dict, ctx: Context) -> list[str]:
     return [b] if isinstance(b, str) else list(b)
 
 
-def builder_kwargs(params: dict, env: Env) -> dict:
+def builder_kwargs(params: dict, sm_count: Callable[[], int]) -> dict:
     """Keyword arguments every builder of the part gets besides the shape: ``num_sms = "device"``
     in the params passes the SM count read from the GPU (persistent kernels: one CTA per SM)."""
-    return {"num_sms": int(env.sm_count())} if params.get("num_sms") == "device" else {}
+    return {"num_sms": int(sm_count())} if params.get("num_sms") == "device" else {}
+
+
+def planned_calls(ctx: Context, sm_count: int) -> list[tuple[str, tuple, dict]]:
+    """The builder calls (name, args, kwargs) a kernel part makes, in the order it makes them:
+    every (builder, shape) pair of a correctness part; every shape's timed and extra builders of a
+    speed part. The grading process makes them ahead of the part, spread over its workers, so
+    that the kernels compile in parallel (grader/run.py); :func:`correctness` and :func:`speed`
+    make their calls from this list."""
+    p = ctx.part.params
+    prob = problems.get(p["problem"])
+    kw = builder_kwargs(p, lambda: sm_count)
+    if ctx.part.thresholds:
+        names = [speed_builder(p, ctx)] + list(p.get("extra_builders", []))
+        return [(n, prob.builder_args(prob.shape(s)), kw) for s in p["shapes"] for n in names]
+    return [(n, prob.builder_args(s), kw) for n in builder_names(p, ctx) for s in case_shapes(prob, ctx)]
 
 
 def by_track(table: dict | None) -> dict:
@@ -171,7 +186,7 @@ def correctness(module, ctx: Context, env: Env | None = None) -> Outcome:
     shapes = case_shapes(prob, ctx)
     lab, part = ctx.lab.lab, ctx.part.id
     cases, fails = [], []
-    kw = builder_kwargs(p, env)
+    kw = builder_kwargs(p, env.sm_count)
     for name in names:
         fn = common.student(module, name)
         for i, shape in enumerate(shapes):
@@ -225,7 +240,7 @@ def speed(module, ctx: Context, env: Env | None = None) -> Outcome:
     # Every kernel is obtained before the first timing: timing stops the submission's processes
     # (common.end_student_code), so no builder can be called after it.
     kernels = []
-    kw = builder_kwargs(p, env)
+    kw = builder_kwargs(p, env.sm_count)
     for shape in shapes:
         args = prob.builder_args(shape)
         kernels.append({n: env.lower(common.student(module, n)(*args, **kw))[0] for n in [name] + others})

@@ -613,3 +613,33 @@ def test_hidden_shapes_use_the_finer_grid_of_the_gpus_track():
     assert all(s.M % 8 == 0 and s.N % 8 == 0 and s.K % 64 == 0 for s in hopper[1:])
     assert any(s.M % 128 or s.N % 128 for s in hopper[1:])             # off the tile grid somewhere
     assert all(s.M % 128 == 0 and s.N % 128 == 0 for s in blackwell[1:])
+
+
+def _recording(names, log):
+    """Builders that record (name, args, kwargs) and return a torch stand-in of a GEMM/transpose."""
+    def make(name):
+        def builder(*args, **kw):
+            log.append((name, tuple(args), kw))
+            if len(args) == 2:
+                return lambda a, b: b.copy_(a.t())
+            return lambda A, B, D: D.copy_((A.float() @ B.float().T).half())
+        return builder
+    return module(**{n: make(n) for n in names})
+
+
+@pytest.mark.parametrize("lab,part,params", [
+    ("lab5_gemm_pipeline", "s7_correct", None),                       # hidden shapes, num_sms, a track's shapes
+    ("lab3_layout_swizzle", "d_correct", {"public_shapes": [[64, 64]], "hidden_shapes": 2}),   # two builders
+    ("lab3_layout_swizzle", "d_speed", SMALL_TRANSPOSE),              # the timed builder and an extra one
+])
+def test_the_calls_built_ahead_are_the_calls_the_runner_makes(lab, part, params):
+    ctx = context(lab, part, params=params)
+    env = cpu_env([1.0, 1.0])
+    env.sm_count = lambda: 77
+    planned = runners.planned_calls(ctx, 77)
+    log = []
+    names = sorted({n for n, _, _ in planned})
+    runners.kernel_part(_recording(names, log), ctx, env)
+    assert planned and log == planned
+    hidden = context(lab, part, params=params, seed=12345)
+    assert ctx.part.thresholds or runners.planned_calls(hidden, 77) != planned   # the seed draws other shapes

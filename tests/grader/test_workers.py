@@ -54,3 +54,18 @@ def test_lock_files_planted_by_a_child_do_not_use_up_the_ids():
         assert uid == first and os.stat(path).st_uid == os.geteuid()
     finally:
         os.close(fd)
+
+
+def test_the_kernels_of_gpu_parts_are_planned_ahead_timed_parts_first():
+    from grader import spec
+    lab = spec.load("lab5_gemm_pipeline")
+    gpu = hardware.Device(True, "NVIDIA H200 (fake)", hardware.SPECS["H200"], "test", sm_count=132)
+    ahead = run.builds_ahead(lab, lab.parts, inputs.PUBLIC_SEED, gpu, public_only=False)
+    timed = [a for a in ahead if a.part.thresholds]
+    assert timed and ahead[:len(timed)] == timed                       # they end the run: built first
+    assert len({(a.name, a.args) for a in ahead}) == len(ahead)          # each kernel once
+    assert {a.part.id for a in ahead} == {p.id for p in lab.parts if p.needs_gpu and p.kind == "kernel"}
+    assert all(a.name.startswith("hopper_") for a in ahead)             # the GPU's track
+    assert {a.kwargs.get("num_sms") for a in ahead if a.name != "hopper_step5"} == {132}   # read from the GPU
+    public = run.builds_ahead(lab, lab.parts, inputs.PUBLIC_SEED, gpu, public_only=True)
+    assert len(public) < len(ahead)                                      # the hidden shapes are not built for a check
