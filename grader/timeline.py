@@ -202,7 +202,9 @@ def _define_tracer():
         stamp      : "globaltimer" (the library's intrinsics; ns, comparable across SMs) or
                      "clock" (the SM's cycle counter; exact within a CTA, aligned by anchors).
         enabled    : False turns every call into nothing, with the same kernel signature: time
-                     the kernel this way.
+                     the kernel this way. ``buffer=None`` is a tracer that is always off: a
+                     kernel body shared by a traced and an untraced ``prim_func`` gets it in the
+                     untraced one (see :func:`off`).
         leader     : default leader predicate, true for exactly one thread of each group, e.g.
                      ``lane_id == 0`` when every warp is a group. It must pick the SAME thread at
                      every trace point: each thread keeps its own write offset.
@@ -219,14 +221,15 @@ def _define_tracer():
             self.buffer = buffer
             self.num_groups = int(num_groups)
             self.stride = int(num_ctas) * int(num_groups)
-            self.capacity = int(buffer.shape[0])
             self.stamp = stamp
-            self.enabled = bool(enabled)
+            self.enabled = bool(enabled) and buffer is not None
+            self.capacity = int(buffer.shape[0]) if self.enabled else 0
             self.record_sm = bool(record_sm)
             self.fence = bool(fence)
             self.default_leader = leader
-            self.tag = T.alloc_buffer([1], "uint64", scope="local", align=8)
-            self.off = T.alloc_buffer([1], "uint32", scope="local", align=8)
+            if self.enabled:
+                self.tag = T.alloc_buffer([1], "uint64", scope="local", align=8)
+                self.off = T.alloc_buffer([1], "uint32", scope="local", align=8)
 
         # -- helpers (plain Python, run while the kernel is parsed) ------------------------------
         def _cond(self, leader):
