@@ -87,7 +87,7 @@ def _check_labs_in_parallel(labs: list[str], args, seed: int):
                 cmd = [sys.executable, "-m", "grader", "check", lab, "--json", out, "--jobs", "1"]
                 cmd += [a for p in (args.part or []) for a in ("--part", p)] + (["--public"] if args.public else [])
                 cmd += [a for h in (args.hide or []) for a in ("--hide", h)]
-                cmd += ["--workers", str(args.workers)] if args.workers else []
+                cmd += ["--workers", str(args.workers or run.default_workers(min(args.jobs, len(labs))))]
                 log = open(os.path.join(tmp, f"{lab}.log"), "w")
                 running[lab] = (subprocess.Popen(cmd, env=env, pass_fds=(r,), stdout=log, stderr=subprocess.STDOUT), out, log)
                 os.close(r)
@@ -199,8 +199,9 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--jobs", type=int, default=min(4, os.cpu_count() or 1),
                    help="labs graded at once when grading several (GPU parts still take turns)")
     c.add_argument("--workers", type=int, default=None,
-                   help="sandboxed children per lab for its untimed parts (default: one per four cores, "
-                        "at most four)")
+                   help="sandboxed children per lab for its untimed parts and kernel builds (default: one "
+                        "per two cores, at most eight; one per four cores, at most four, per lab when "
+                        "several labs are graded at once)")
     c.set_defaults(func=cmd_check)
     g = sub.add_parser("generate", help="regenerate assignments/ from solutions/ with nbgrader")
     g.add_argument("lab", nargs="?", default="all")

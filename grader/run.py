@@ -2,7 +2,7 @@
 
 1. The notebook is read as untrusted data and turned into a module file with a line map
    (grader/submission.py); static advice is collected, never scored.
-2. Sandboxed children (one per four cores, at most four) each run the notebook's cells once
+2. Sandboxed children (see :func:`default_workers`) each run the notebook's cells once
    (an import that never ends costs one time limit) and answer calls as plain JSON
    (grader/remote.py); untimed parts are spread over them. A part that crashes or times out a
    child costs that part; the next part gets a fresh child.
@@ -37,7 +37,7 @@ from .context import Context
 
 SOLUTIONS_DIR = os.path.join(sandbox.REPO_ROOT, "solutions")
 PERF_TRIALS = 3
-MAX_WORKERS = 4
+MAX_WORKERS = 8
 GPU_LOCK = "/tmp/grader-gpu-{}.lock"  # one per GPU (its UUID); only the grader's own user may open it
 SECRET_ENV = "GRADER_SECRET_SEED"
 
@@ -159,9 +159,13 @@ def _perf_trials(first: report.PartResult, again: Callable[[], report.PartResult
     return best
 
 
-def default_workers() -> int:
-    """Children per lab: one per four cores, at most four (one on a small machine)."""
-    return max(1, min(MAX_WORKERS, (os.cpu_count() or 1) // 4))
+def default_workers(labs_at_once: int = 1) -> int:
+    """Children per lab: one per two cores, at most eight, for one lab alone; one per four cores,
+    at most four, when several labs are graded at once (``check all``)."""
+    cores = os.cpu_count() or 1
+    if labs_at_once > 1:
+        return max(1, min(MAX_WORKERS // 2, cores // 4))
+    return max(1, min(MAX_WORKERS, cores // 2))
 
 
 class _Worker:
@@ -234,9 +238,9 @@ def check_lab(lab: str, submission_path: str | None, seed: int, device: hardware
     reference solution). Always returns one PartResult per selected part. ``notes`` receives
     advice and per-cell problems; ``hide`` lists folders the children must not see.
 
-    Untimed parts (CPU and GPU correctness) are spread over ``workers`` children (default
-    :func:`default_workers`), each running the cells once; timed parts come last, one at a time,
-    in one child, after the others are stopped. A GPU part that timed out while other parts ran
+    Untimed parts (CPU and GPU correctness) and the kernels of GPU parts (built ahead) are spread
+    over ``workers`` children (default :func:`default_workers`), each running the cells once;
+    timed parts come last, one at a time, after the other children are stopped. A GPU part that timed out while other parts ran
     beside it is graded again alone before its verdict is final."""
     lab_spec = spec.load(lab)
     if parts:
@@ -319,14 +323,16 @@ def check_lab(lab: str, submission_path: str | None, seed: int, device: hardware
 
         # CPU parts first, then GPU correctness, then timed parts: timing stops the child, and
         # every restart costs running the cells again. The report keeps the spec's order.
-        order = sorted(selected, key=lambda p: (p.needs_gpu, bool(p.thresholds)))
-        untimed = [p for p in order if not (p.needs_gpu and p.thresholds)]
-        timed = [p for p in order if p.needs_gpu and p.thresholds]
+        # Longest first, so that no long part starts last: CPU parts by time limit, then the
+        # kernels built ahead, then GPU correctness parts (their kernels built by then).
+        cpu = sorted((p for p in selected if not p.needs_gpu), key=lambda p: -p.timeout_s)
+        untimed = cpu + [p for p in selected if p.needs_gpu and not p.thresholds]
+        timed = [p for p in selected if p.needs_gpu and p.thresholds]
         ahead += builds_ahead(lab_spec, selected, seed, device, public_only) if device.present else []
         if ahead:
             progress(f"[{lab}] building {len(ahead)} kernels of the GPU parts ahead, in parallel")
         n = max(1, min(workers or default_workers(), len(untimed) + len(ahead)))
-        _in_pool(n, ahead + untimed, new_worker, grade_part)
+        _in_pool(n, cpu + ahead + untimed[len(cpu):], new_worker, grade_part)
         if n > 1 and device.present:
             for p in untimed:            # a hang beside other kernels may be theirs: grade it again alone
                 if p.needs_gpu and results[p.id].verdict == report.ERROR and "timed out" in results[p.id].message:
