@@ -1,0 +1,537 @@
+"""Grading functions of Lab 6 (Flash Attention with GQA), CPU parts. Contract with the notebook
+(the notebook's markdown states every rule these functions apply):
+
+- Part a, online softmax, in numpy. The logits arrive in log2 units (``t = s · log2(e)``, the
+  kernels fold log2(e) into the softmax scale so that the exponential is one ``exp2``). A state
+  is ``{"m": [rows], "l": [rows], "acc": [rows][d]}``: the exponent reference of each row, the
+  running sum of ``2^(t - m)`` and the running ``sum 2^(t - m) v``; the empty state is
+  ``m = -inf, l = 0, acc = 0``. ``softmax_step(state, t_block, v_block, threshold) -> state``
+  takes one key block with the FA4 rule: ``cand = max(m, rowmax(t_block))``,
+  ``delta = m - safe(cand)`` (``safe(-inf) = 0``); the reference is kept when
+  ``delta >= -threshold`` (scale 1), else it becomes ``cand`` and the old ``l`` and ``acc`` are
+  multiplied by ``2^delta``; ``p = 2^(t - safe(m_new))``. Threshold 0 is plain online softmax.
+  ``softmax_finish(state) -> {"O": [rows][d], "lse": [rows]}``: ``O = acc / l`` and
+  ``lse = ln 2 · (m + log2 l)`` (natural log), ``O = 0`` and ``lse = -inf`` where ``l = 0``.
+  ``attention_head(q, k, v, causal, block_n, threshold) -> {"O", "lse"}``: one head, q [Sq][D],
+  k and v [Sk][D], scale 1/sqrt(D), causal aligned bottom-right (query i sees key j iff
+  ``j <= i + Sk - Sq``), keys in blocks of ``block_n``; checked against
+  ``grader.problems.attention_reference``. The grader drives ``softmax_step`` block by block
+  from the trusted state of the previous block, so every step is checked on its own. Arguments
+  are plain lists (``-inf`` included); answers are compared with ``rel_tol`` and ``abs_tol`` of
+  the spec, infinities exactly, NaN never.
+- Part b, causal blocks: ``causal_blocks(seq_q, seq_k, block_m, block_n, m_block, causal)`` ->
+  one of ``"full"``, ``"mask"``, ``"skip"`` per key block ``n = 0 .. ceil(seq_k / block_n) - 1``
+  for the query tile of rows ``m_block·block_m ...`` (rows past ``seq_q`` do not count; columns
+  past ``seq_k`` must be masked); ``causal_work(seq_q, seq_k, block_m, block_n, causal)`` ->
+  ``{"visited", "masked", "empty_tiles", "pairs"}`` over all query tiles of one head (pairs:
+  ``grader.problems.visible_pairs``).
+- Part c, GQA: ``packed_row(row, tile, kv_head, group, rows) -> (seq, q_head)``;
+  ``q_box(batch, tile, kv_head, group, rows, head_dim, seq_q) -> {"start", "box", "valid_rows",
+  "tx_bytes"}`` (the 4D view [B, S, Hq, D] of Q); ``attention_cost(batch, seq_q, seq_k, heads_q,
+  heads_kv, head_dim, causal) -> {"flops", "bytes", "score_bytes"}`` (flops and bytes:
+  ``grader.problems.attention_flops`` and ``attention_work``).
+- Part d, budgets: ``register_split(warpgroups, fixed) -> {"launch", "pool", "share"}``;
+  ``consumer_registers(block_m, block_n, head_dim, consumers) -> {"s", "p", "o", "total"}``;
+  ``tmem_columns(block_n, head_dim, q_stages) -> {"S", "P", "O", "used", "alloc", "fits"}``;
+  ``barrier_counts(arch, block_m, block_n, head_dim, consumers) -> {barrier: (arrivals,
+  tx_bytes)}``.
+
+Parts b to d are compared exactly (after ``compare.normalize``: tuples and lists alike).
+"""
+from __future__ import annotations
+
+import math
+import types
+
+import numpy as np
+import torch
+
+from .. import inputs, problems
+from ..context import Context, Outcome
+from . import common
+
+LAB = "lab6_flash_attention"
+LN2 = math.log(2.0)
+F16_BYTES = 2
+WARPGROUP = 128                  # threads of a warpgroup
+SM_REGISTERS = 65536             # 32-bit registers of one SM (H100/H200 and B200 alike)
+TMEM_COLUMNS = 512               # tensor-memory columns of one SM (B200), 128 lanes of 32 bits each
+
+
+# ---------------------------------------------------------------- reference answers: part a
+
+def _safe(m: np.ndarray) -> np.ndarray:
+    return np.where(np.isneginf(m), 0.0, m)
+
+
+def _state_arrays(state, rows: int | None = None):
+    m = np.asarray(state["m"], dtype=np.float64).reshape(-1)
+    l = np.asarray(state["l"], dtype=np.float64).reshape(-1)
+    acc = np.asarray(state["acc"], dtype=np.float64).reshape(len(m), -1)
+    return m, l, acc
+
+
+def ref_softmax_step(state, t_block, v_block, threshold) -> dict:
+    m, l, acc = _state_arrays(state)
+    t = np.asarray(t_block, dtype=np.float64).reshape(len(m), -1)
+    v = np.asarray(v_block, dtype=np.float64).reshape(t.shape[1], acc.shape[1])
+    cand = np.maximum(m, t.max(axis=1))
+    delta = m - _safe(cand)                              # <= 0; -inf while the row has seen no key
+    keep = delta >= -threshold
+    m_new = np.where(keep, m, cand)
+    scale = np.where(keep, 1.0, np.exp2(delta))
+    p = np.exp2(t - _safe(m_new)[:, None])
+    return {"m": m_new.tolist(), "l": (l * scale + p.sum(axis=1)).tolist(),
+            "acc": (acc * scale[:, None] + p @ v).tolist()}
+
+
+def ref_softmax_finish(state) -> dict:
+    m, l, acc = _state_arrays(state)
+    seen = l > 0
+    denom = np.where(seen, l, 1.0)
+    O = np.where(seen[:, None], acc / denom[:, None], 0.0)
+    lse = np.where(seen, LN2 * (m + np.log2(denom)), -math.inf)
+    return {"O": O.tolist(), "lse": lse.tolist()}
+
+
+def empty_state(rows: int, d: int) -> dict:
+    return {"m": [-math.inf] * rows, "l": [0.0] * rows, "acc": [[0.0] * d for _ in range(rows)]}
+
+
+def ref_attention_head(q, k, v, causal, block_n, threshold) -> dict:
+    """O and LSE of one head from the course's attention reference (float64; block_n and
+    threshold change nothing in the exact result)."""
+    def as4d(x):
+        return torch.tensor(np.asarray(x, dtype=np.float64)).reshape(1, len(x), 1, -1)
+    out = problems.attention_reference({"Q": as4d(q), "K": as4d(k), "V": as4d(v)}, causal=bool(causal))
+    return {"O": out["O"][0, :, 0].tolist(), "lse": out["LSE"][0, 0].tolist()}
+
+
+# ---------------------------------------------------------------- reference answers: part b
+
+def _block_classes(seq_q: int, seq_k: int, block_m: int, block_n: int, causal: bool) -> list[list[str]]:
+    """The class of every (query tile, key block) pair, from the visibility of every (query, key)
+    pair (``problems.causal_mask``): rows past seq_q do not count, columns past seq_k are never
+    visible (zero-filled keys must be masked)."""
+    if causal:
+        seen = problems.causal_mask(seq_q, seq_k).numpy()
+    else:
+        seen = np.ones((seq_q, seq_k), dtype=bool)
+    tiles, blocks = math.ceil(seq_q / block_m), math.ceil(seq_k / block_n)
+    cols = np.pad(seen, ((0, 0), (0, blocks * block_n - seq_k)), constant_values=False)
+    rows = ((0, tiles * block_m - seq_q), (0, 0))
+    some = np.pad(cols, rows, constant_values=False).reshape(tiles, block_m, blocks, block_n).any(axis=(1, 3))
+    every = np.pad(cols, rows, constant_values=True).reshape(tiles, block_m, blocks, block_n).all(axis=(1, 3))
+    return [["skip" if not some[t, n] else "full" if every[t, n] else "mask" for n in range(blocks)]
+            for t in range(tiles)]
+
+
+def ref_causal_blocks(seq_q: int, seq_k: int, block_m: int, block_n: int, m_block: int, causal: bool) -> list:
+    return _block_classes(seq_q, seq_k, block_m, block_n, causal)[m_block]
+
+
+def ref_causal_work(seq_q: int, seq_k: int, block_m: int, block_n: int, causal: bool) -> dict:
+    kinds = _block_classes(seq_q, seq_k, block_m, block_n, causal)
+    return {"visited": sum(c != "skip" for row in kinds for c in row),
+            "masked": sum(row.count("mask") for row in kinds),
+            "empty_tiles": sum(all(c == "skip" for c in row) for row in kinds),
+            "pairs": problems.visible_pairs(seq_q, seq_k, causal)}
+
+
+# ---------------------------------------------------------------- reference answers: part c
+
+def ref_packed_row(row: int, tile: int, kv_head: int, group: int, rows: int) -> tuple[int, int]:
+    per = rows // group                      # sequence positions in one tile
+    return (tile * per + row // group, kv_head * group + row % group)
+
+
+def ref_q_box(batch: int, tile: int, kv_head: int, group: int, rows: int, head_dim: int, seq_q: int) -> dict:
+    per = rows // group
+    first = tile * per
+    return {"start": (batch, first, kv_head * group, 0), "box": (1, per, group, head_dim),
+            "valid_rows": group * max(0, min(per, seq_q - first)),
+            "tx_bytes": rows * head_dim * F16_BYTES}           # the whole box, clipped or not
+
+
+def _shape(batch, seq_q, seq_k, heads_q, heads_kv, head_dim, causal):
+    return types.SimpleNamespace(batch=batch, seq_q=seq_q, seq_k=seq_k, heads_q=heads_q,
+                                 heads_kv=heads_kv, head_dim=head_dim, causal=causal)
+
+
+def ref_attention_cost(batch, seq_q, seq_k, heads_q, heads_kv, head_dim, causal) -> dict:
+    s = _shape(batch, seq_q, seq_k, heads_q, heads_kv, head_dim, causal)
+    return {"flops": problems.attention_flops(s), "bytes": int(problems.attention_work(s).bytes),
+            "score_bytes": 4 * batch * heads_q * seq_q * seq_k}
+
+
+# ---------------------------------------------------------------- reference answers: part d
+
+def ref_register_split(warpgroups, fixed) -> dict:
+    n = len(warpgroups)
+    launch = min(256, SM_REGISTERS // (WARPGROUP * n) // 8 * 8)
+    pool = WARPGROUP * n * launch
+    flexible = [w for w in warpgroups if w not in fixed]
+    left = pool // WARPGROUP - sum(fixed[w] for w in warpgroups if w in fixed)
+    share = min(256, left // len(flexible) // 8 * 8) if flexible else None
+    return {"launch": launch, "pool": pool, "share": share if share is not None and share >= 24 else None}
+
+
+def ref_consumer_registers(block_m: int, block_n: int, head_dim: int, consumers: int) -> dict:
+    rows = block_m // consumers
+    s, p, o = rows * block_n // WARPGROUP, rows * block_n // (2 * WARPGROUP), rows * head_dim // WARPGROUP
+    return {"s": s, "p": p, "o": o, "total": s + p + o}
+
+
+def ref_tmem_columns(block_n: int, head_dim: int, q_stages: int) -> dict:
+    S = [(i * block_n, (i + 1) * block_n) for i in range(q_stages)]
+    P = [(a + block_n // 2, b) for a, b in S]                   # fp16, two per column: S's upper half
+    base = q_stages * block_n
+    O = [(base + i * head_dim, base + (i + 1) * head_dim) for i in range(q_stages)]
+    used = base + q_stages * head_dim
+    alloc = max(32, 1 << (used - 1).bit_length())
+    return {"S": S, "P": P, "O": O, "used": used, "alloc": alloc, "fits": alloc <= TMEM_COLUMNS}
+
+
+def ref_barrier_counts(arch: str, block_m: int, block_n: int, head_dim: int, consumers: int) -> dict:
+    q_bytes, kv_bytes = block_m * head_dim * F16_BYTES, block_n * head_dim * F16_BYTES
+    if arch == "sm_90a":
+        return {"q_full": (1, q_bytes), "k_full": (1, kv_bytes), "v_full": (1, kv_bytes),
+                "k_empty": (consumers, 0), "v_empty": (consumers, 0)}
+    return {"q_full": (1, q_bytes), "kv_full": (1, kv_bytes), "kv_empty": (1, 0), "s_ready": (1, 0),
+            "p_o_rescale": (2 * WARPGROUP, 0), "p_ready_2": (WARPGROUP, 0), "o_ready": (1, 0),
+            "softmax_corr_empty": (WARPGROUP, 0), "corr_epi_full": (WARPGROUP, 0), "corr_epi_empty": (32, 0)}
+
+
+# ---------------------------------------------------------------- part a: comparison and cases
+
+def close_answer(got, exp, rel: float, abs_: float) -> tuple[bool, str]:
+    """(ok, why) for a dictionary of arrays: same keys and shapes, infinities in the same places
+    with the same signs, no NaN, the finite values within ``abs_ + rel·|expected|``."""
+    if not isinstance(got, dict):
+        return False, f"returned {type(got).__name__}, not a dictionary"
+    if set(got) != set(exp):
+        return False, f"keys {sorted(map(str, got))}, expected {sorted(exp)}"
+    for key in exp:
+        e = np.asarray(exp[key], dtype=np.float64)
+        try:
+            g = np.asarray(got[key], dtype=np.float64)
+        except (TypeError, ValueError):
+            return False, f"{key!r} is not an array of numbers"
+        if g.shape != e.shape:
+            return False, f"{key!r} has shape {g.shape}, expected {e.shape}"
+        if np.isnan(g).any():
+            at = tuple(int(i) for i in np.argwhere(np.isnan(g))[0])
+            return False, f"{key!r} holds NaN (at {at})"
+        bad = (np.isinf(g) | np.isinf(e)) & (g != e)
+        fin = np.isfinite(e) & np.isfinite(g)
+        gf, ef = np.where(fin, g, 0.0), np.where(fin, e, 0.0)
+        bad |= fin & (np.abs(gf - ef) > abs_ + rel * np.abs(ef))
+        if bad.any():
+            at = tuple(int(i) for i in np.argwhere(bad)[0])
+            return False, f"{key!r}{list(at)}: got {g[at]!r}, expected {e[at]!r}"
+    return True, ""
+
+
+def _floats(x: np.ndarray) -> list:
+    return x.tolist()
+
+
+def _row_logits(rng: np.random.Generator, style: str, blocks: list[int]) -> np.ndarray:
+    """One row of logits (log2 units) over key blocks of the given widths."""
+    n = sum(blocks)
+    edges = np.cumsum([0] + blocks)
+    if style == "masked":                                   # sees no key at all
+        return np.full(n, -np.inf)
+    if style == "large":                                    # exp2 of these overflows without the max
+        return rng.choice([1.0, -1.0]) * 1e4 + rng.normal(0.0, 30.0, n)
+    if style == "spread":                                   # huge spread: most weights underflow
+        return rng.normal(0.0, 1e4, n)
+    if style == "growing":                                  # the max grows block by block
+        step = rng.choice([2.0, 5.0, 7.5, 9.0, 15.0])
+        return np.concatenate([rng.normal(step * j, 1.0, w) for j, w in enumerate(blocks)])
+    out = rng.normal(0.0, rng.choice([1.0, 4.0]), n)
+    cut = int(edges[int(rng.integers(1, len(blocks))) if len(blocks) > 1 else 1])
+    if style == "late":                                     # no key in the first block(s)
+        out[:cut] = -np.inf
+    elif style == "early":                                  # no key after the first block(s)
+        out[cut:] = -np.inf
+    elif style == "holes":
+        out[rng.random(n) < 0.3] = -np.inf
+    return out
+
+
+ROW_STYLES = ("masked", "large", "spread", "growing", "late", "early", "holes", "normal")
+
+
+def _softmax_case(rng: np.random.Generator, first_style: str) -> tuple:
+    rows, d = int(rng.integers(1, 7)), int(rng.integers(1, 6))
+    block_n = int(rng.choice([1, 3, 4, 8, 16]))
+    n_blocks = int(rng.integers(1, 6))
+    n = block_n * n_blocks - int(rng.integers(0, block_n))      # the last block may be short
+    blocks = [min(block_n, n - j * block_n) for j in range(n_blocks)]
+    styles = [first_style] + [str(rng.choice(ROW_STYLES)) for _ in range(rows - 1)]
+    t = np.stack([_row_logits(rng, s, blocks) for s in styles])
+    v = rng.normal(0.0, 1.0, (n, d))
+    threshold = float(rng.choice([0.0, 8.0, 8.0, 4.0]))
+    return ("steps", (empty_state(rows, d), _floats(t), _floats(v), block_n, threshold))
+
+
+def _attention_case(rng: np.random.Generator, seq_q, seq_k, d, causal, block_n, threshold, q_scale) -> tuple:
+    q = rng.normal(0.0, q_scale, (seq_q, d))
+    k, v = rng.normal(0.0, 1.0, (seq_k, d)), rng.normal(0.0, 1.0, (seq_k, d))
+    return ("head", (_floats(q), _floats(k), _floats(v), causal, block_n, threshold))
+
+
+def softmax_cases(ctx: Context) -> list[tuple]:
+    """("steps", (state, t, v, block_n, threshold)) and ("head", (q, k, v, causal, block_n,
+    threshold)) cases; a "steps" case is checked block by block, then finished."""
+    inf = math.inf
+    one = {"m": [2.0], "l": [3.0], "acc": [[4.0, 6.0]]}          # the book's exercise 1
+    eye = [[1.0, 0.0], [0.0, 1.0]]
+    cases = [("steps", (one, [[5.0, 4.0]], eye, 2, 8.0)),       # grows by 3: kept
+             ("steps", (one, [[11.0, 10.0]], eye, 2, 8.0)),     # grows by 9: rescaled by 2^-9
+             ("steps", (one, [[5.0, 4.0]], eye, 2, 0.0)),       # plain online softmax: rescaled by 2^-3
+             ("steps", ({"m": [3.0], "l": [1.0], "acc": [[1.0]]}, [[11.0, 0.0]], [[2.0], [1.0]], 2, 8.0)),  # exactly 8: kept
+             ("steps", (empty_state(2, 1), [[-inf, -inf, -inf, -inf], [1.0, 2.0, 3.0, 4.0]],
+                        [[1.0], [2.0], [3.0], [4.0]], 2, 8.0)),   # a row that sees no key
+             ("steps", (empty_state(2, 2), [[-inf, -inf, 0.5, 20.0, 1.0, 2.0], [1.0, -inf, -inf, -inf, -inf, -inf]],
+                        [[1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [2.0, -1.0], [0.5, 0.5], [-1.0, 3.0]], 2, 8.0)),
+             ("steps", (empty_state(2, 1), [[1e4, 1e4 + 3.0, 1e4 - 1.0, 1e4 + 12.0], [-1e4, -1e4 + 1, -1e4 + 2, -1e4 + 30]],
+                        [[1.0], [-1.0], [2.0], [0.5]], 1, 8.0)),  # large logits, one key at a time
+             ("steps", (empty_state(3, 2), [[0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0], [9.0, 0.0, 0.0, 20.0, 0.0, 0.0, 40.0],
+                                             [-3.0, -1.0, 0.0, 0.0, 1.0, 2.5, -inf]],
+                        [[1.0, 2.0], [3.0, 4.0], [5.0, 6.0], [7.0, 8.0], [9.0, 1.0], [2.0, 3.0], [4.0, 5.0]], 3, 8.0))]
+    rng = np.random.default_rng(20261203)
+    cases.append(_softmax_case(rng, "growing"))
+    cases += [_attention_case(rng, 16, 16, 8, False, 4, 0.0, 1.0),
+              _attention_case(rng, 12, 20, 8, True, 8, 8.0, 1.0),        # more keys than queries
+              _attention_case(rng, 20, 12, 8, True, 8, 8.0, 1.0),        # 8 queries see no key
+              _attention_case(rng, 16, 16, 16, True, 16, 8.0, 1000.0),   # logits of about 1000
+              _attention_case(rng, 9, 30, 4, False, 7, 8.0, 3.0)]        # a short last key block
+    r = inputs.rng(LAB, ctx.part.id, ctx.seed)
+    hidden = common.hidden_count(ctx)
+    g = np.random.default_rng(r.getrandbits(63))
+    for i in range(hidden):
+        if i % 4 != 3:
+            cases.append(_softmax_case(g, ROW_STYLES[i % len(ROW_STYLES)]))
+        else:                                               # every third: causal with Sq > Sk
+            j = i // 4
+            sk = int(g.integers(1, 41))
+            sq = sk + int(g.integers(1, 20)) if j % 3 == 0 else int(g.integers(1, 41))
+            causal = j % 3 == 0 or bool(g.integers(0, 2))
+            cases.append(_attention_case(g, sq, sk, int(g.choice([2, 4, 8, 16])), causal,
+                                         int(g.choice([1, 4, 5, 8, 16])), float(g.choice([0.0, 8.0])),
+                                         (1.0, 1000.0, 30.0, 1.0)[j % 4]))
+    return cases
+
+
+def _blocks(n: int, block_n: int):
+    return [(j0, min(n, j0 + block_n)) for j0 in range(0, n, block_n)]
+
+
+def grade_softmax(module, ctx: Context) -> Outcome:
+    """Every "steps" case block by block (each call from the trusted state before it), then its
+    finish; every "head" case against the course's attention reference. A case is right when
+    every call of it is."""
+    rel, abs_ = float(ctx.part.params["rel_tol"]), float(ctx.part.params["abs_tol"])
+    step = common.student(module, "softmax_step")
+    finish = common.student(module, "softmax_finish")
+    head = common.student(module, "attention_head")
+    cases = softmax_cases(ctx)
+    wrong = []
+    for c, (kind, args) in enumerate(cases):
+        why = ""
+        if kind == "steps":
+            state, t, v, block_n, threshold = args
+            rows, n = len(t), len(v)
+            tt = np.asarray(t, dtype=np.float64).reshape(rows, n)
+            for b, (j0, j1) in enumerate(_blocks(n, block_n)):
+                call = (state, _floats(tt[:, j0:j1]), v[j0:j1], threshold)
+                expected = ref_softmax_step(*call)
+                ok, why = close_answer(step(*call), expected, rel, abs_)
+                if not ok:
+                    why = (f"softmax_step on case {c} ({rows} rows, keys {j0}..{j1 - 1} of {n}, "
+                           f"threshold {threshold:g}, m before {state['m']}): {why}")
+                    break
+                state = expected
+            else:
+                ok, why = close_answer(finish(state), ref_softmax_finish(state), rel, abs_)
+                if not ok:
+                    why = f"softmax_finish on case {c} (state m = {state['m']}, l = {state['l']}): {why}"
+        else:
+            q, k, v, causal, block_n, threshold = args
+            ok, why = close_answer(head(*args), ref_attention_head(*args), rel, abs_)
+            if not ok:
+                why = (f"attention_head on case {c} (Sq={len(q)}, Sk={len(k)}, D={len(q[0])}, "
+                       f"{'causal' if causal else 'non-causal'}, block_n={block_n}, threshold {threshold:g}): {why}")
+        if not ok:
+            wrong.append(why)
+    n = len(cases)
+    right = n - len(wrong)
+    msg = f"{right}/{n} cases right"
+    if wrong:
+        msg += "; first wrong: " + wrong[0] + (f" (and {len(wrong) - 1} more)" if len(wrong) > 1 else "")
+    return Outcome(right / n, msg, {"cases": n, "right": right})
+
+
+# ---------------------------------------------------------------- parts b to d: tables of calls
+
+_same = common.same_answer
+_hidden = common.hidden_count
+
+
+def _call_label(name: str, params: tuple[str, ...]):
+    return lambda *args: f"{name}(" + ", ".join(f"{p}={a!r}" for p, a in zip(params, args)) + ")"
+
+
+def _grade_table(module, ctx: Context, cases, refs: dict, params: dict) -> Outcome:
+    """Grade the part's student functions (``params["functions"]`` of the spec, in the order of
+    ``refs``) on (kind, args) cases: ``refs[kind]`` gives the expected answer, ``params[kind]``
+    names the arguments in messages."""
+    names = ctx.part.params["functions"]
+    fns = dict(zip(refs, (common.student(module, f) for f in names)))
+    labels = {kind: _call_label(name, params[kind]) for kind, name in zip(refs, names)}
+
+    def call(kind, args):
+        return fns[kind](*args)
+
+    graded = [((kind, args), refs[kind](*args)) for kind, args in cases]
+    return common.grade_cases(call, graded, _same, lambda a: labels[a[0]](*a[1]))
+
+
+# ---------------------------------------------------------------- part b: causal blocks
+
+def causal_cases(ctx: Context) -> list[tuple]:
+    cases = [("blocks", (6, 8, 6, 4, 0, True)),            # the book's exercise 7: one tile of all 6 queries
+             ("blocks", (6, 8, 2, 4, 0, True)), ("blocks", (6, 8, 2, 4, 1, True)), ("blocks", (6, 8, 2, 4, 2, True)),
+             ("blocks", (512, 512, 128, 128, 0, True)), ("blocks", (512, 512, 128, 128, 3, True)),
+             ("blocks", (512, 512, 128, 64, 2, True)),     # the diagonal crosses two key blocks
+             ("blocks", (128, 384, 128, 128, 0, True)),    # Sq < Sk: the tile sees the first 256 keys whole
+             ("blocks", (384, 128, 128, 128, 0, True)),    # Sq > Sk: the first two tiles see nothing
+             ("blocks", (384, 128, 128, 128, 1, True)), ("blocks", (384, 128, 128, 128, 2, True)),
+             ("blocks", (300, 300, 128, 128, 2, True)),    # tails: 44 query rows, 44 keys
+             ("blocks", (300, 300, 128, 128, 1, False)),   # not causal: only the tail is masked
+             ("blocks", (256, 256, 128, 128, 1, False)),
+             ("blocks", (100, 1000, 64, 128, 1, True)), ("blocks", (1000, 100, 64, 128, 15, True)),
+             ("work", (512, 512, 128, 128, True)), ("work", (512, 512, 128, 128, False)),
+             ("work", (384, 128, 128, 128, True)), ("work", (128, 384, 128, 128, True)),
+             ("work", (300, 300, 128, 128, True)), ("work", (6, 8, 2, 4, True)),
+             ("work", (1000, 100, 64, 128, True)), ("work", (1024, 1024, 128, 64, True)),
+             ("work", (2048, 2048, 32, 128, True))]        # GQA with group 4: 32 positions per tile
+    r = inputs.rng(LAB, ctx.part.id, ctx.seed)
+    for i in range(_hidden(ctx)):
+        bm, bn = r.choice([16, 32, 64, 128]), r.choice([64, 128])
+        sq = r.choice([r.randint(1, 1200), bm * r.randint(1, 10)])
+        sk = r.choice([r.randint(1, 1200), bn * r.randint(1, 10), sq])
+        causal = r.random() < 0.8
+        if i % 3 == 2:
+            cases.append(("work", (sq, sk, bm, bn, causal)))
+        else:
+            cases.append(("blocks", (sq, sk, bm, bn, r.randrange(math.ceil(sq / bm)), causal)))
+    return cases
+
+
+def grade_causal(module, ctx: Context) -> Outcome:
+    return _grade_table(module, ctx, causal_cases(ctx),
+                        {"blocks": ref_causal_blocks, "work": ref_causal_work},
+                        {"blocks": ("seq_q", "seq_k", "block_m", "block_n", "m_block", "causal"),
+                         "work": ("seq_q", "seq_k", "block_m", "block_n", "causal")})
+
+
+# ---------------------------------------------------------------- part c: GQA
+
+def gqa_cases(ctx: Context) -> list[tuple]:
+    cases = [("row", (row, 0, 3, 4, 128)) for row in (0, 5, 127)]          # the book's exercise 8
+    cases += [("row", (row, 2, 1, 8, 128)) for row in (0, 7, 8, 100)]
+    cases += [("row", (77, 5, 0, 1, 128)), ("row", (77, 5, 6, 128, 128)), ("row", (63, 3, 2, 2, 64))]
+    cases += [("box", (0, 0, 3, 4, 128, 128, 1024)), ("box", (1, 2, 1, 8, 128, 128, 1024)),
+              ("box", (0, 31, 0, 4, 128, 128, 1000)),    # the last tile: 8 positions of 32
+              ("box", (0, 7, 0, 1, 128, 64, 1000)),      # MHA: 104 of 128 rows
+              ("box", (2, 0, 5, 16, 128, 128, 3)),       # a sequence shorter than the tile
+              ("box", (0, 1, 1, 2, 64, 128, 40))]
+    cases += [("cost", (1, 1024, 1024, 32, 8, 128, False)), ("cost", (1, 1024, 1024, 32, 8, 128, True)),
+              ("cost", (2, 4096, 4096, 32, 32, 128, True)), ("cost", (1, 128, 1024, 8, 1, 64, True)),
+              ("cost", (1, 1024, 128, 8, 1, 64, True)), ("cost", (4, 333, 777, 16, 4, 128, False))]
+    r = inputs.rng(LAB, ctx.part.id, ctx.seed)
+    for i in range(_hidden(ctx)):
+        rows = r.choice([64, 128])
+        group = r.choice([g for g in (1, 2, 4, 8, 16, 32) if rows % g == 0])
+        if i % 3 == 0:
+            cases.append(("row", (r.randrange(rows), r.randrange(64), r.randrange(8), group, rows)))
+        elif i % 3 == 1:
+            seq_q = r.randint(1, 4000)
+            tiles = math.ceil(seq_q * group / rows)
+            tile = r.choice([tiles - 1, r.randrange(tiles)])
+            cases.append(("box", (r.randrange(4), tile, r.randrange(8), group, rows, r.choice([64, 128]), seq_q)))
+        else:
+            kv = r.choice([1, 2, 4, 8])
+            cases.append(("cost", (r.randint(1, 4), r.randint(1, 5000), r.randint(1, 5000), kv * group, kv,
+                                   r.choice([64, 128]), r.random() < 0.6)))
+    return cases
+
+
+def grade_gqa(module, ctx: Context) -> Outcome:
+    return _grade_table(module, ctx, gqa_cases(ctx),
+                        {"row": ref_packed_row, "box": ref_q_box, "cost": ref_attention_cost},
+                        {"row": ("row", "tile", "kv_head", "group", "rows"),
+                         "box": ("batch", "tile", "kv_head", "group", "rows", "head_dim", "seq_q"),
+                         "cost": ("batch", "seq_q", "seq_k", "heads_q", "heads_kv", "head_dim", "causal")})
+
+
+# ---------------------------------------------------------------- part d: budgets
+
+FA3 = ["producer", "consumer", "consumer"]
+FA4 = ["softmax0", "softmax1", "correction", "load_mma"]
+
+
+def budget_cases(ctx: Context) -> list[tuple]:
+    cases = [("split", (FA3, {"producer": 24})),                              # FA3: 24 / 240 / 240
+             ("split", (["producer", "consumer", "consumer", "consumer"], {"producer": 32})),   # 32 / 160 x 3
+             ("split", (FA4, {"correction": 64, "load_mma": 48})),            # the book: 200 for softmax
+             ("split", (FA4, {"correction": 64, "load_mma": 48, "softmax1": 200})),
+             ("split", (["producer", "consumer"], {"producer": 24})),        # capped at 256
+             ("split", (FA4, {"correction": 256, "load_mma": 256, "softmax0": 24})),   # nothing left: None
+             ("split", (["a", "b", "c", "d", "e"], {"a": 24})),
+             ("regs", (128, 128, 128, 2)), ("regs", (128, 176, 128, 2)), ("regs", (192, 128, 128, 3)),
+             ("regs", (128, 128, 64, 1)), ("regs", (64, 256, 256, 1)),
+             ("tmem", (128, 128, 2)), ("tmem", (128, 64, 2)), ("tmem", (128, 128, 1)), ("tmem", (64, 128, 2)),
+             ("tmem", (128, 256, 2)), ("tmem", (256, 128, 2)), ("tmem", (32, 16, 1)),
+             ("barriers", ("sm_90a", 128, 128, 128, 2)), ("barriers", ("sm_90a", 192, 128, 64, 3)),
+             ("barriers", ("sm_100a", 128, 128, 128, 2)), ("barriers", ("sm_100a", 128, 64, 64, 2))]
+    r = inputs.rng(LAB, ctx.part.id, ctx.seed)
+    for i in range(_hidden(ctx)):
+        kind = ("split", "regs", "tmem", "barriers")[i % 4]
+        if kind == "split":
+            n = r.randint(1, 5)
+            names = [f"wg{j}" for j in range(n)]
+            fixed = {w: 8 * r.randint(3, 32) for w in r.sample(names, r.randint(0, n - 1))}
+            cases.append(("split", (names, fixed)))
+        elif kind == "regs":
+            consumers = r.randint(1, 3)
+            cases.append(("regs", (64 * consumers * r.randint(1, 2), 16 * r.randint(2, 16), r.choice([64, 128, 256]),
+                                   consumers)))
+        elif kind == "tmem":
+            cases.append(("tmem", (r.choice([32, 64, 128, 256]), r.choice([16, 32, 64, 128, 256]), r.randint(1, 3))))
+        else:
+            consumers = r.randint(1, 3)
+            cases.append(("barriers", (r.choice(["sm_90a", "sm_100a"]), r.choice([64 * consumers, 128]),
+                                       r.choice([64, 128, 176, 256]), r.choice([64, 128]), consumers)))
+    return cases
+
+
+def grade_budget(module, ctx: Context) -> Outcome:
+    return _grade_table(module, ctx, budget_cases(ctx),
+                        {"split": ref_register_split, "regs": ref_consumer_registers,
+                         "tmem": ref_tmem_columns, "barriers": ref_barrier_counts},
+                        {"split": ("warpgroups", "fixed"), "regs": ("block_m", "block_n", "head_dim", "consumers"),
+                         "tmem": ("block_n", "head_dim", "q_stages"),
+                         "barriers": ("arch", "block_m", "block_n", "head_dim", "consumers")})
+
+
+GRADERS = {
+    "a_softmax": grade_softmax,
+    "b_causal": grade_causal,
+    "c_gqa": grade_gqa,
+    "d_budget": grade_budget,
+    # the kernels: problem "attention" (grader/problems.py), graded by grader/runners.py
+}

@@ -1,0 +1,129 @@
+"""Draw the figures of the Lab 6 notes (Flash Attention with GQA) into ./generated/.
+
+Run directly (``python lectures/lab6_flash_attention/figures.py``) or let ``lectures/conf.py`` run
+it at the start of every Sphinx build. Both figures are computed here from the rules the notes
+state, with no measurement behind them: the classes of the (query tile, key block) pairs of a
+causal head, and the exponent reference of one row under plain and conditional rescaling.
+"""
+from __future__ import annotations
+
+import math
+import pathlib
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+from matplotlib.patches import Patch, Rectangle  # noqa: E402
+
+HERE = pathlib.Path(__file__).resolve().parent
+OUT = HERE / "generated"
+
+FULL, MASKED, SKIPPED = "#8fbf7f", "#f2b25c", "#eeeeee"
+
+
+def block_class(seq_q: int, seq_k: int, bm: int, bn: int, tile: int, block: int) -> str:
+    """full, mask or skip for a bottom-right causal mask: query i sees key j iff j <= i + seq_k - seq_q."""
+    first, last = tile * bm, min(seq_q, (tile + 1) * bm) - 1
+    lo, hi = block * bn, (block + 1) * bn - 1
+    shift = seq_k - seq_q
+    if lo > last + shift:
+        return "skip"
+    if hi <= first + shift and hi < seq_k:
+        return "full"
+    return "mask"
+
+
+def _grid(ax, seq_q, seq_k, bm, bn, title):
+    tiles, blocks = math.ceil(seq_q / bm), math.ceil(seq_k / bn)
+    colors = {"full": FULL, "mask": MASKED, "skip": SKIPPED}
+    for t in range(tiles):
+        for n in range(blocks):
+            kind = block_class(seq_q, seq_k, bm, bn, t, n)
+            ax.add_patch(Rectangle((n * bn, t * bm), bn, bm, facecolor=colors[kind], edgecolor="white", linewidth=1.2))
+    # the boundary of the mask: query i sees keys up to i + seq_k - seq_q
+    i = np.arange(seq_q + 1)
+    ax.plot(np.clip(i + seq_k - seq_q, 0, seq_k), i, color="black", linewidth=1.2)
+    ax.axhline(seq_q, color="grey", linewidth=0.8, linestyle=":")
+    ax.axvline(seq_k, color="grey", linewidth=0.8, linestyle=":")
+    ax.set_xlim(0, blocks * bn)
+    ax.set_ylim(tiles * bm, 0)
+    ax.set_aspect("equal")
+    ax.set_xlabel("key j (blocks of %d)" % bn)
+    ax.set_ylabel("query i (tiles of %d)" % bm)
+    ax.set_title(title, fontsize=9)
+
+
+def fig_causal_blocks(path):
+    """Three causal heads: Sq = Sk, Sq < Sk and Sq > Sk, with tails."""
+    fig, axes = plt.subplots(1, 3, figsize=(12.5, 4.4), dpi=120)
+    _grid(axes[0], 512, 512, 128, 128, "S_q = S_k = 512: 6 full, 4 masked, 6 skipped")
+    _grid(axes[1], 300, 700, 128, 128, "S_q = 300 < S_k = 700 (tails in both)")
+    _grid(axes[2], 640, 330, 128, 128, "S_q = 640 > S_k = 330: the first rows see no key")
+    handles = [Patch(facecolor=FULL, label="full: no mask"), Patch(facecolor=MASKED, label="mask: computed, then masked"),
+               Patch(facecolor=SKIPPED, label="skip: never loaded")]
+    fig.legend(handles=handles, loc="lower center", ncol=3, fontsize=9, frameon=False)
+    fig.suptitle("Which key blocks a query tile visits under a bottom-right causal mask "
+                 "(black line: the last key each query sees)", fontsize=10)
+    fig.tight_layout(rect=(0, 0.07, 1, 0.95))
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def references(row: np.ndarray, block: int, threshold: float) -> list[float]:
+    """The exponent reference of one row after each key block (the rule of part a)."""
+    m, out = -math.inf, []
+    for j in range(0, len(row), block):
+        cand = max(m, float(row[j:j + block].max()))
+        delta = m - (0.0 if cand == -math.inf else cand)
+        if delta < -threshold:
+            m = cand
+        out.append(m)
+    return out
+
+
+def fig_rescale(path):
+    """One row whose maximum keeps growing: the reference under threshold 0 and threshold 8."""
+    rng = np.random.default_rng(2)
+    block, blocks = 16, 24
+    row = np.cumsum(rng.uniform(0.0, 0.35, block * blocks)) + rng.normal(0.0, 0.6, block * blocks)
+    running = [float(row[:(j + 1) * block].max()) for j in range(blocks)]
+    plain, lazy = references(row, block, 0.0), references(row, block, 8.0)
+    x = np.arange(1, blocks + 1)
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(12.5, 4.2), dpi=120, gridspec_kw={"width_ratios": [1.6, 1]})
+    ax.step(x, running, where="post", color="black", linewidth=1.0, label="largest logit so far")
+    ax.step(x, plain, where="post", color="#4c72b0", linewidth=2.0, linestyle="--",
+            label=f"threshold 0: {sum(a != b for a, b in zip(plain[1:], plain[:-1]))} rescales")
+    ax.step(x, lazy, where="post", color="#dd8452", linewidth=2.0,
+            label=f"threshold 8: {sum(a != b for a, b in zip(lazy[1:], lazy[:-1]))} rescales")
+    ax.set_xlabel("key blocks seen")
+    ax.set_ylabel("logit (log2 units)")
+    ax.set_title("The exponent reference of one row", fontsize=10)
+    ax.legend(fontsize=8, frameon=False)
+    ax.grid(alpha=0.3)
+    gap = [r - m for r, m in zip(running, lazy)]
+    bx.bar(x, np.exp2(gap), color="#dd8452")
+    bx.axhline(256, color="black", linewidth=0.9, linestyle=":")
+    bx.text(1, 256, " 2^8 = 256", va="bottom", fontsize=8)
+    bx.set_yscale("log", base=2)
+    bx.set_xlabel("key blocks seen")
+    bx.set_title("largest weight 2^(t - m) with threshold 8", fontsize=10)
+    bx.grid(alpha=0.3, axis="y")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+FIGURES = [("causal_blocks.png", fig_causal_blocks), ("rescale.png", fig_rescale)]
+
+
+def main():
+    OUT.mkdir(exist_ok=True)
+    for name, fn in FIGURES:
+        fn(OUT / name)
+        print(f"wrote {OUT / name}")
+
+
+if __name__ == "__main__":
+    main()
