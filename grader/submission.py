@@ -25,7 +25,8 @@ MAX_NOTEBOOK_BYTES = 32 << 20
 
 # Patterns worth a word of advice (searched in code, comments and strings excluded).
 ADVICE = [
-    (r"\bgrader\b", "refers to the grader: your cells are graded in a separate process that cannot reach it"),
+    # grader.timeline (the in-kernel tracer) is course code a graded kernel may use: not advice
+    (r"\bgrader\b(?!\.timeline\b)", "refers to the grader: your cells are graded in a separate process that cannot reach it"),
     (r"torch\.cuda\.Event|elapsed_time|cudaEvent", "touches CUDA timers: the grader times your kernel itself"),
     (r"CUDAGraph|cuda\.graph\b|torch\.compile", "uses CUDA graphs or torch.compile: the grader runs your compiled kernel only"),
     (r"torch\.(matmul|mm|bmm|addmm|einsum)\b|scaled_dot_product_attention|\bscaled_mm\b",

@@ -34,6 +34,11 @@ rides along with each record.
 ``summarize`` gives each role's time per kind as a fraction of its lifetime, and
 ``events_to_json`` / ``events_from_json`` keep decoded events for later drawing.
 
+**A builder's timeline in one call.** A builder that takes ``trace=True`` and then returns the
+traced ``kernel(A, B, D, prof)`` (Lab 5's ``hopper_step5`` .. ``hopper_step9``) is drawn by
+``show(hopper_step7, 4096, 4096, 4096, num_sms, ctas=[0, 1])``: build, compile, run, decode,
+draw (GPU only; without one it says so and does nothing).
+
 Tracing costs time (a global store per record: on an H200, GEMMs traced at every K tile ran 19%
 and 25% slower): read a timeline for its shape, and time the untraced kernel (``Tracer(...,
 enabled=False)`` keeps the signature and emits nothing).
@@ -61,6 +66,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from collections import defaultdict
 
 import numpy as np
@@ -855,3 +861,101 @@ def draw(trace, group_names=None, path=None, *, title=None, clock_ghz=None, **kw
     if path is not None:
         fig.savefig(path, dpi=110, bbox_inches="tight")
     return fig
+
+
+# ---------------------------------------------------------------------------------- one call
+NO_GPU = ("timeline.show: no CUDA GPU here, so there is no kernel run to trace; nothing was built or "
+          "drawn. Run this cell on a machine with a GPU (the timeline needs one launch of the kernel).")
+
+
+def _show_args(builder, M, N, K, roles, ctas, path, builder_kwargs):
+    """Checks and normalizes show's arguments (plain Python: testable without a GPU)."""
+    if not callable(builder):
+        raise TypeError(f"show: builder must be a kernel builder such as hopper_step7, got {builder!r}")
+    for name, v in (("M", M), ("N", N), ("K", K)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v <= 0:
+            raise ValueError(f"show: {name} must be a positive integer, got {v!r}")
+    if "trace" in builder_kwargs:
+        raise TypeError("show: do not pass trace=...; show builds the traced kernel itself (trace=True)")
+    if roles is not None:
+        if isinstance(roles, str) or not all(isinstance(r, str) for r in roles):
+            raise TypeError(f"show: roles must be a list of row names such as ['producer', 'consumer'], got {roles!r}")
+        roles = list(roles)
+    if ctas is not None:
+        if isinstance(ctas, (int, np.integer)) and not isinstance(ctas, bool):
+            ctas = [int(ctas)]
+        elif not all(isinstance(c, (int, np.integer)) and not isinstance(c, bool) for c in ctas):
+            raise TypeError(f"show: ctas must be a CTA index or a list of them, got {ctas!r}")
+        ctas = [int(c) for c in ctas]
+        if any(c < 0 for c in ctas):
+            raise ValueError(f"show: CTA indices are >= 0, got {ctas}")
+    if path is not None:
+        path = os.fspath(path)
+    return int(M), int(N), int(K), roles, ctas, path
+
+
+def _kernel_info(func, roles):
+    """(buffer length, row names) of a traced kernel: from the attributes the course's
+    ``hopper_kernel`` attaches, else from the shape of its last (trace buffer) argument."""
+    attrs = dict(func.attrs) if getattr(func, "attrs", None) is not None else {}
+    length = attrs.get("timeline_buffer_len")
+    if roles is None and attrs.get("timeline_roles") is not None:
+        roles = [str(r) for r in attrs["timeline_roles"]]
+    if length is None:
+        raise ValueError("show: the builder's traced kernel does not say how long its trace buffer is: "
+                         "return hopper_kernel(body, ..., trace) from the builder (the given last line)")
+    return int(length), roles
+
+
+def show(builder, M, N, K, *args, roles=None, ctas=(0, 1), path="timeline.png", title=None,
+         window_us=None, seed=0, **builder_kwargs):
+    """Draw the timeline of one launch of your kernel, in one call (needs a GPU)::
+
+        fig, events = show(hopper_step7, 4096, 4096, 4096, num_sms, roles=["producer", "consumer"])
+
+    Builds ``builder(M, N, K, *args, trace=True, **builder_kwargs)`` (a kernel
+    ``kernel(A, B, D, prof)``), compiles it for the GPU present, makes random fp16 inputs
+    A [M, K] and B [N, K], launches it once to warm up, zeroes the trace buffer, launches it again,
+    decodes that launch's trace and draws the CTAs ``ctas`` (one row per role, one box per
+    traced region). ``roles`` names the rows (default: the names the builder gave). The figure
+    is saved to ``path`` (None: not saved). ``window_us=(t0, t1)`` zooms in. Prints each role's
+    share of its time per kind over all CTAs (``summarize``). Returns ``(figure, events)``, or
+    None without a GPU (it then only says so). The traced kernel is slower than the untraced one:
+    read the picture for its shape, time the untraced kernel."""
+    M, N, K, roles, ctas, path = _show_args(builder, M, N, K, roles, ctas, path, builder_kwargs)
+    import torch
+    if not torch.cuda.is_available():
+        print(NO_GPU)
+        return None
+    import tvm
+    from . import build
+    func = builder(M, N, K, *args, trace=True, **builder_kwargs)
+    length, roles = _kernel_info(func, roles)
+    ex, _ = build.lower(func)                # for the GPU present
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    A = torch.randn(M, K, device="cuda", generator=gen).half()
+    B = torch.randn(N, K, device="cuda", generator=gen).half()
+    D = torch.empty(M, N, device="cuda", dtype=torch.float16)
+    prof = tvm.runtime.tensor(np.zeros(length, dtype=np.uint64), device=tvm.cuda())
+    ex(A, B, D, prof)                        # warm-up: clocks up, descriptors and caches filled
+    torch.cuda.synchronize()
+    prof.copyfrom(np.zeros(length, dtype=np.uint64))
+    ex(A, B, D, prof)                        # the launch whose trace is drawn
+    torch.cuda.synchronize()
+    name = getattr(builder, "__name__", "kernel")
+    return _present(prof, roles, ctas, path, title or f"{name} {M}×{N}×{K}", window_us)
+
+
+def _present(trace, roles, ctas, path, title, window_us=None):
+    """show's second half: decode the launch's trace, print the summary, draw and save."""
+    events, info = decode(trace, roles, return_info=True)
+    if info.truncated_groups:
+        print(f"timeline.show: {info.truncated_groups} rows ran out of buffer room (their ends are missing)")
+    ncta = max(1, len({e.cta for e in events}))
+    for role, d in summarize(events).items():
+        parts = ", ".join(f"{k} {v:.0%}" for k, v in d.items() if k != "span_us")
+        print(f"{role}: {parts} of its {d['span_us'] / ncta:.1f} µs (mean over {ncta} CTAs)")
+    if ctas is not None:
+        title = f"{title}: CTA{'s' if len(ctas) > 1 else ''} {', '.join(map(str, ctas))}"
+    fig = draw(events, path=path, ctas=ctas, window_us=window_us, title=title)
+    return fig, events

@@ -6,6 +6,11 @@ H200 (``reports/h200/lab5/``): the climb of the Hopper steps against ``torch.mat
 timeline of a traced warp-specialized kernel, drawn with the course's own ``grader.timeline``.
 The ring schematic is drawn from scratch. A copy of the course without ``reports/`` keeps the
 figures it was shipped with.
+
+The timelines of the reference steps 5, 7 and 9 are drawn from ``reports/h200/lab5/
+timeline_step{5,7,9}.json`` (written by ``reports/h200/lab5/scripts/reference_timelines.py`` on an
+H200). Until those files exist, each of these figures is a placeholder that says so, so the notes
+build either way.
 """
 from __future__ import annotations
 
@@ -31,6 +36,10 @@ OUT = HERE / "generated"
 MEASURED = REPO / "reports" / "h200" / "lab5"
 STEPS_JSON = MEASURED / "hopper_steps.json"
 TRACE_JSON = MEASURED / "timeline_events.json"
+STEP_TRACES = {step: MEASURED / f"timeline_step{step}.json" for step in (5, 7, 9)}
+STEP_TITLES = {5: "step 5: one warpgroup, a ring of 4 stages",
+               7: "step 7: producer and consumer warpgroups",
+               9: "step 9: a 2 × 1 cluster, B multicast"}
 
 BLUE, ORANGE, GREY = "#4c72b0", "#dd8452", "#b0b0b0"
 SHAPE_COLORS = ["#9ecae1", "#6baed6", "#3182bd", "#fdae6b", "#e6550d"]
@@ -170,8 +179,63 @@ def fig_ring(path):
     plt.close(fig)
 
 
+def _steady_window(events, cta, first=8, count=8):
+    """(t0, t1) in µs around the ``first``-th .. (first + count - 1)-th MMA of the CTA's first row
+    with MMAs (the whole row if it has fewer)."""
+    mm = sorted((e for e in events if e.cta == cta and e.kind == "mma"), key=lambda e: (e.group, e.start_ns))
+    if not mm:
+        return None
+    mm = [e for e in mm if e.group == mm[0].group]
+    a, b = mm[min(first, len(mm) - 1)], mm[min(first + count - 1, len(mm) - 1)]
+    return (a.start_ns / 1e3 - 0.05, b.end_ns / 1e3 + 0.05)
+
+
+def fig_step_timeline(step, path):
+    """A reference step's recorded timeline: the kept CTAs, then 8 K tiles of the first one."""
+    events, meta = events_from_json(STEP_TRACES[step])
+    ctas = sorted({e.cta for e in events})
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(12.5, 7.0), dpi=110, gridspec_kw={"height_ratios": [1.6, 1]})
+    draw_timeline(events, ax=top, ctas=ctas, min_width_us=0.004,
+                  title=f"CTAs {', '.join(map(str, ctas))}" + (", first output tiles" if meta.get("kept", {}).get("cut_us") else ""))
+    draw_timeline(events, ax=bottom, ctas=ctas[0], window_us=_steady_window(events, ctas[0]), min_width_us=0.004,
+                  title=f"CTA {ctas[0]}: 8 K tiles of the main loop")
+    shape = meta.get("shape", {})
+    timing = ""
+    if meta.get("untraced_ms") and meta.get("traced_ms"):
+        timing = f"; untraced {meta['untraced_ms']:.3f} ms, traced {meta['traced_ms']:.3f} ms"
+    fig.suptitle(f"Reference {STEP_TITLES[step]} ({shape.get('M')}×{shape.get('N')}×{shape.get('K')}, "
+                 f"{str(meta.get('device', 'H200')).split(',')[0].replace('NVIDIA ', '')}{timing})", fontsize=11)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def fig_placeholder(step, path):
+    """Stands in for a step's timeline until its measurement is in reports/h200/lab5/."""
+    fig, ax = plt.subplots(figsize=(12.5, 1.6), dpi=110)
+    ax.axis("off")
+    ax.text(0.5, 0.5, f"The timeline of the reference {STEP_TITLES[step]} has not been recorded yet:\n"
+                      f"run reports/h200/lab5/scripts/reference_timelines.py on an H200 and add "
+                      f"reports/h200/lab5/timeline_step{step}.json.", ha="center", va="center", fontsize=10)
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def _step_figure(step):
+    def draw(path):
+        if STEP_TRACES[step].exists():
+            fig_step_timeline(step, path)
+        elif path.exists():                  # a copy without the measurements keeps its figure
+            print(f"kept {path} (no {STEP_TRACES[step].relative_to(REPO)} here)")
+        else:
+            fig_placeholder(step, path)
+    return draw
+
+
 FIGURES = [("climb.png", fig_climb, [STEPS_JSON]), ("timeline.png", fig_timeline, [TRACE_JSON]),
            ("ring.png", fig_ring, [])]
+# drawn from the measurement when it is there, else a placeholder that says it is missing
+FIGURES += [(f"timeline_step{step}.png", _step_figure(step), []) for step in STEP_TRACES]
 
 
 def main():

@@ -29,6 +29,7 @@ def test_lines_map_back_to_notebook_cells(root, tmp_path):
     ("t = torch.cuda.Event(enable_timing=True)", "Event"),
     ("y = torch.matmul(a, b)", "matmul"),
     ("cache[x.data_ptr()] = y", "data_ptr"),
+    ("from grader.timeline import Tracer\nfrom grader import report", "grader"),   # the tracer is fine
 ])
 def test_advice_names_the_cell_and_never_reads_comments(tmp_path, code, word):
     nb = {"cells": [{"cell_type": "code", "metadata": {"nbgrader": {"solution": True, "grade_id": "a"}},

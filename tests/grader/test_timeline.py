@@ -512,3 +512,59 @@ def test_recorded_h200_trace(plt):
     assert all(e.end_ns >= e.start_ns >= 0 for e in ev)
     ax = tl.draw_timeline(ev, ctas=meta["trim"]["kept_ctas"][0], window_us=(0, 6))
     assert ax._timeline_rows[0].endswith("· " + roles[0]) and len(ax._timeline_rows) == len(roles)
+
+
+# ---------------------------------------------------------------- show: one call (its CPU parts)
+LAB5_ROLES = ["producer", "consumer 0", "consumer 1"]
+
+
+def _never_called(*a, **k):
+    raise AssertionError("the builder must not be called")
+
+
+def test_show_checks_its_arguments():
+    args = tl._show_args(_never_called, 256, 128, 64, ("producer", "consumer"), (0, 3), None, {"num_sms": 4})
+    assert args == (256, 128, 64, ["producer", "consumer"], [0, 3], None)
+    assert tl._show_args(_never_called, 8, 8, 64, None, 2, "t.png", {})[3:] == (None, [2], "t.png")
+    bad = [((None, 8, 8, 64), {}, TypeError, "builder"), ((_never_called, 0, 8, 64), {}, ValueError, "M"),
+           ((_never_called, 8, 8.0, 64), {}, ValueError, "N"), ((_never_called, 8, 8, True), {}, ValueError, "K"),
+           ((_never_called, 8, 8, 64), {"roles": "producer"}, TypeError, "roles"),
+           ((_never_called, 8, 8, 64), {"ctas": [0, "1"]}, TypeError, "ctas"),
+           ((_never_called, 8, 8, 64), {"ctas": [-1]}, ValueError, "CTA"),
+           ((_never_called, 8, 8, 64), {"trace": True}, TypeError, "trace")]
+    for pos, kw, exc, word in bad:
+        with pytest.raises(exc, match=word):
+            tl.show(*pos, **kw)
+
+
+def test_show_without_a_gpu_says_so_and_does_nothing(monkeypatch, capsys, tmp_path):
+    import torch
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert tl.show(_never_called, 4096, 4096, 4096, 132, roles=["producer", "consumer"],
+                   path=tmp_path / "t.png") is None
+    assert capsys.readouterr().out.strip() == tl.NO_GPU
+    assert not (tmp_path / "t.png").exists()
+
+
+def test_show_reads_the_kernels_roles_and_buffer_length():
+    func = types.SimpleNamespace(attrs={"timeline_roles": LAB5_ROLES, "timeline_buffer_len": 99})
+    assert tl._kernel_info(func, None) == (99, LAB5_ROLES)
+    assert tl._kernel_info(func, ["p", "c0", "c1"]) == (99, ["p", "c0", "c1"])
+    with pytest.raises(ValueError, match="hopper_kernel"):
+        tl._kernel_info(types.SimpleNamespace(attrs=None), None)
+
+
+def test_show_draws_a_lab5_trace(plt, tmp_path, capsys):
+    """show's second half on a clock-stamped buffer laid out like Lab 5's step 8/9 kernels."""
+    ev = synthetic_pipeline(num_ctas=3, stages=4, consumers=2)
+    ev = [tl.Event(**{**e.as_dict(), "role": LAB5_ROLES[e.group]}) for e in ev]
+    buf = tl.encode(ev, num_ctas=3, num_groups=3, max_records=128, stamp="clock")
+    fig, back = tl._present(buf, LAB5_ROLES, [0, 1], str(tmp_path / "t.png"), "hopper_step8 demo")
+    assert len(back) == len(ev) and {e.role for e in back} == set(LAB5_ROLES)
+    ax = fig.axes[0]
+    assert [r.split(" · ")[1] for r in ax._timeline_rows] == LAB5_ROLES * 2
+    assert ax._timeline_boxes == len([e for e in ev if e.cta < 2])
+    assert ax.get_title() == "hopper_step8 demo: CTAs 0, 1"
+    assert (tmp_path / "t.png").read_bytes()[:4] == b"\x89PNG"
+    out = capsys.readouterr().out
+    assert all(f"{r}: " in out for r in LAB5_ROLES) and "mma" in out

@@ -537,3 +537,31 @@ def test_step9_without_multicast_hangs_on_hopper(root, edit, device):
     r = grade_in_process(LAB, nb, ["s9_correct"], None)["s9_correct"]
     assert r.verdict == report.ERROR and r.points == 0, r.message
     assert "timed out" in r.message and "barrier wait that never completes" in r.message, r.message
+
+
+# ---------------------------------------------------------------- timelines: trace=True
+
+ROLES = {5: ["warpgroup"], 9: ["producer", "consumer 0", "consumer 1"]}
+
+
+@pytest.mark.parametrize("step", [5, 9])
+def test_hopper_builders_trace_only_on_request(reference, step):
+    """trace=True adds the trace buffer, the trace points, and tells grader.timeline.show the
+    rows and the buffer length. (trace=False, the default, is the kernel the build checks compile;
+    its CUDA source is that of the builders before tracing: reports/h200/lab5/scripts/
+    untraced_unchanged.py. Every traced step is compiled by reference_timelines.py --cpu-dry-run.
+    Two steps here: parsing a traced kernel takes seconds.)"""
+    from grader import timeline as tl
+    build = getattr(reference, f"hopper_step{step}")
+    extra = () if step == 5 else (132,)
+    traced = build(1000, 776, 512, *extra, trace=True)
+    assert [p.name for p in traced.params] == ["A", "B", "D", "prof"]
+    assert traced.script().count("tl_trace_clock_rec") >= 8      # wait, load, mma, ... begin and end
+    length, roles = tl._kernel_info(traced, None)
+    assert roles == ROLES[step]
+    ctas = 8 * 7 if step == 5 else 132
+    assert (length - 1) % (ctas * len(roles)) == 0 and length > 1 + ctas * len(roles) * 8 * (512 // 64)
+    if step == 5:
+        plain = build(1000, 776, 512)
+        assert [p.name for p in plain.params] == ["A", "B", "D"]
+        assert "tl_trace" not in plain.script()
