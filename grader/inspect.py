@@ -39,6 +39,8 @@ MECHANISMS = {m.name: m for m in [
     Mechanism("named_barrier_arrive", "arrivals on a named barrier without waiting (bar.arrive: BAR.ARV id, "
               "count), the hand-over of a ping-pong", "sass", r"\bBAR\.ARV\s+(?:0x[1-9a-f][0-9a-f]*|R\d+),\s*0x[0-9a-f]+"),
     Mechanism("exp2_mufu", "exp2 on the special-function unit (MUFU.EX2)", "sass", r"\bMUFU\.EX2\b"),
+    Mechanism("tcgen05_mma_tmem_a", "tcgen05.mma with its A operand in tensor memory (UTC*MMA tmem[...], gdesc[...])",
+              "sass", r"\bUTC\w*MMA(?:\.\w+)*\s+tmem\["),
     Mechanism("tmem_load", "tensor memory to registers (tcgen05.ld: LDTM)", "sass", r"\bLDTM\b"),
     Mechanism("tmem_store", "registers to tensor memory (tcgen05.st: STTM)", "sass", r"\bSTTM\b"),
     Mechanism("tcgen05_mma", "Blackwell tensor-core MMA (UTC*MMA)", "sass", r"\bUTC\w*MMA\b"),

@@ -18,6 +18,8 @@ SASS = {
                  "HGMMA.64x128x16.F32 R24, gdesc[UR8], R24, gsb0 ;"),
     "named_barrier_arrive": ("        /*10d0*/              @!P1 BAR.ARV R11, 0x100 ;", "BAR.SYNC.DEFER_BLOCKING R11, 0x100 ;"),
     "exp2_mufu": ("        /*0c40*/                   MUFU.EX2 R40, R40 ;", "MUFU.RCP R40, R40 ;"),
+    "tcgen05_mma_tmem_a": ("        /*2a10*/                   UTCHMMA tmem[UR10], gdesc[UR12], tmem[UR7], tmem[UR20], idesc[UR21], UPT ;",
+                           "UTCHMMA gdesc[UR12], gdesc[UR14], tmem[UR7], tmem[UR20], idesc[UR21], UPT ;"),
     "tmem_load": ("        /*0d00*/                   LDTM.x32 R4, tmem[UR6] ;", "STTM.x16 tmem[UR6], R4 ;"),
     "tmem_store": ("        /*0e00*/                   STTM.x16 tmem[UR6+0x40], R4 ;", "LDTM.x16 R4, tmem[UR6] ;"),
 }
