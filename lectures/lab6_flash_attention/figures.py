@@ -1,12 +1,15 @@
 """Draw the figures of the Lab 6 notes (Flash Attention with GQA) into ./generated/.
 
 Run directly (``python lectures/lab6_flash_attention/figures.py``) or let ``lectures/conf.py`` run
-it at the start of every Sphinx build. Both figures are computed here from the rules the notes
+it at the start of every Sphinx build. Two figures are computed here from the rules the notes
 state, with no measurement behind them: the classes of the (query tile, key block) pairs of a
-causal head, and the exponent reference of one row under plain and conditional rescaling.
+causal head, and the exponent reference of one row under plain and conditional rescaling. The
+third, the climb of the steps, is drawn from the grader's reports of the reference on an H200
+(reports/h200/lab6/grading/run*.json).
 """
 from __future__ import annotations
 
+import json
 import math
 import pathlib
 
@@ -115,7 +118,50 @@ def fig_rescale(path):
     plt.close(fig)
 
 
-FIGURES = [("causal_blocks.png", fig_causal_blocks), ("rescale.png", fig_rescale)]
+RUNS = HERE.parents[1] / "reports" / "h200" / "lab6" / "grading"
+
+
+def speed_rows(runs_dir=RUNS) -> dict:
+    """{(step, shape label): [ratio to cuDNN, one per run]} from the grader's reports."""
+    rows: dict = {}
+    for path in sorted(runs_dir.glob("run*.json")):
+        for res in json.loads(path.read_text())["results"]:
+            if not res["part"].endswith("_speed"):
+                continue
+            step = int(res["part"][1])
+            for shape in res["measurements"].get("shapes", []):
+                s = shape["shape"]
+                label = f"{s[1] // 1024}k {'causal' if s[6] else 'non-causal'}"
+                rows.setdefault((step, label), []).append(shape["ratio"])
+    return rows
+
+
+def fig_climb(path):
+    rows = speed_rows()
+    fig, ax = plt.subplots(figsize=(7.5, 3.4), constrained_layout=True)
+    if not rows:
+        ax.text(0.5, 0.5, "not measured yet: reports/h200/lab6/grading/run*.json", ha="center", va="center")
+        ax.set_axis_off()
+    else:
+        labels = sorted({lab for _, lab in rows}, key=lambda x: (int(x.split("k")[0]), x))
+        steps = sorted({st for st, _ in rows})
+        width = 0.8 / len(labels)
+        for i, lab in enumerate(labels):
+            vals = [rows.get((st, lab), [float("nan")]) for st in steps]
+            x = np.arange(len(steps)) + (i - (len(labels) - 1) / 2) * width
+            ax.bar(x, [min(v) for v in vals], width, label=lab)
+            ax.errorbar(x, [min(v) for v in vals], yerr=[[0] * len(vals), [max(v) - min(v) for v in vals]],
+                        fmt="none", ecolor="black", lw=0.8)
+        ax.axhline(1.0, color="black", lw=0.8, ls="--")
+        ax.set_xticks(np.arange(len(steps)), [f"step {st}" for st in steps])
+        ax.set_ylabel("speed / cuDNN SDPA (same run)")
+        ax.set_title("Hopper reference on an H200: B=4, 32 query heads over 8 KV heads, d=128")
+        ax.legend(fontsize=8, ncols=2, loc="upper left")
+    fig.savefig(path)
+    plt.close(fig)
+
+
+FIGURES = [("causal_blocks.png", fig_causal_blocks), ("rescale.png", fig_rescale), ("climb.png", fig_climb)]
 
 
 def main():
