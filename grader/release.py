@@ -724,41 +724,48 @@ def trivial(line: str) -> bool:
     return bool(TRIVIAL.match(re.sub(r"\s+#.*$", "", line.strip())))
 
 
-def solution_lines(notebook: str) -> list[str]:
-    """Every line between BEGIN/END SOLUTION and BEGIN/END HIDDEN TESTS of a notebook that says
-    something: longer than 12 characters, not a comment, not trivial()."""
-    out = []
+def _regions(notebook: str) -> tuple[list[str], list[str]]:
+    """(lines inside the solution and hidden-test regions, lines outside them), stripped."""
+    inside_lines, outside_lines = [], []
     for src in _cells(notebook):
         inside = False
         for line in src.splitlines():
             if re.search(r"### (BEGIN|END) (SOLUTION|HIDDEN TESTS)", line):
                 inside = "BEGIN" in line
                 continue
-            s = line.strip()
-            if inside and len(s) > 12 and not s.startswith("#") and not trivial(s):
-                out.append(s)
-    return out
+            (inside_lines if inside else outside_lines).append(line.strip())
+    return inside_lines, outside_lines
+
+
+def solution_lines(notebook: str) -> list[str]:
+    """Every line between BEGIN/END SOLUTION and BEGIN/END HIDDEN TESTS of a notebook that says
+    something: longer than 12 characters, not a comment, not trivial()."""
+    return [s for s in _regions(notebook)[0] if len(s) > 12 and not s.startswith("#") and not trivial(s)]
 
 
 def secret_lines(root: str = REPO_ROOT) -> dict[str, str]:
-    """Solution line -> its lab, for every lab; less the lines that another lab's student
-    notebook or lecture gives (a later lab's skeleton gives code an earlier lab asked for: lab 4
-    allocates shared memory the way lab 2's solution does; lab 4's lecture shows the
-    `if T.ptx.elect_sync():` that lab 5's kernels use)."""
+    """Solution line -> its lab, for every lab; less the lines found in the given code of the
+    lab's own notebook (a builder repeating a line of a given macro) and the lines that another
+    lab's student notebook or lecture gives (a later lab's skeleton gives code an earlier lab
+    asked for: lab 4 allocates shared memory the way lab 2's solution does; lab 4's lecture shows
+    the `if T.ptx.elect_sync():` that lab 5's kernels use). A line counts as given when it is
+    part of a given line (a continuation line such as ``dispatch="tma_auto")`` ends many)."""
     labs = spec.lab_names()
 
-    def public_lines(lab: str) -> set[str]:
+    def public_text(lab: str) -> str:
         texts = _cells(os.path.join(root, "assignments", lab, spec.load(lab).notebook))
         lecture = os.path.join(root, "lectures", lab, "index.md")
         if os.path.isfile(lecture):
             with open(lecture) as f:
                 texts.append(f.read())
-        return {line.strip() for src in texts for line in src.splitlines()}
-    given = {lab: public_lines(lab) for lab in labs}
+        return "\n".join(line.strip() for src in texts for line in src.splitlines())
+    given = {lab: public_text(lab) for lab in labs}
     secret = {}
     for lab in labs:
-        for s in solution_lines(os.path.join(root, "solutions", lab, spec.load(lab).notebook)):
-            if not any(s in given[other] for other in labs if other != lab):
+        notebook = os.path.join(root, "solutions", lab, spec.load(lab).notebook)
+        own = "\n".join(_regions(notebook)[1])
+        for s in solution_lines(notebook):
+            if s not in own and not any(s in given[other] for other in labs if other != lab):
                 secret.setdefault(s, lab)
     return secret
 

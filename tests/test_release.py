@@ -54,8 +54,9 @@ _TRIVIAL = re.compile(rf"^(?:{_CALL}|for \w+(?:, \w+)* in {_CALL}:)$")
 def _secret_lines(root):
     """Every line between BEGIN/END SOLUTION and BEGIN/END HIDDEN TESTS of every solutions
     notebook, longer than a trivial token (over 12 characters, not a comment, not a trivial
-    call), less the lines another lab's student notebook or lecture gives (lab 4's skeleton
-    allocates shared memory the way lab 2's solution does)."""
+    call), less the lines found in the given code of the lab's own notebook (a builder repeating
+    a line of a given macro) or in another lab's student notebook or lecture (lab 4's skeleton
+    allocates shared memory the way lab 2's solution does), as part of a line or a whole one."""
     given = {}
     for lab in LABS:
         texts = _cells(os.path.join(root, "assignments", lab, spec.load(lab).notebook))[1]
@@ -63,20 +64,22 @@ def _secret_lines(root):
         if os.path.isfile(lecture):
             with open(lecture) as f:
                 texts.append(f.read())
-        given[lab] = {ln.strip() for src in texts for ln in src.splitlines()}
+        given[lab] = "\n".join(ln.strip() for src in texts for ln in src.splitlines())
     secret = {}
     for lab in LABS:
+        inside_lines, own = [], []
         for src in _cells(os.path.join(root, "solutions", lab, spec.load(lab).notebook))[1]:
             inside = False
             for line in src.splitlines():
                 if re.search(r"### (BEGIN|END) (SOLUTION|HIDDEN TESTS)", line):
                     inside = "BEGIN" in line
                     continue
-                s = line.strip()
-                if (inside and len(s) > 12 and not s.startswith("#")
-                        and not _TRIVIAL.match(re.sub(r"\s+#.*$", "", s))
-                        and not any(s in given[other] for other in LABS if other != lab)):
-                    secret.setdefault(s, lab)
+                (inside_lines if inside else own).append(line.strip())
+        own_text = "\n".join(own)
+        for s in inside_lines:
+            if (len(s) > 12 and not s.startswith("#") and not _TRIVIAL.match(re.sub(r"\s+#.*$", "", s))
+                    and s not in own_text and not any(s in given[other] for other in LABS if other != lab)):
+                secret.setdefault(s, lab)
     return secret
 
 

@@ -35,6 +35,26 @@ def grade_cases(fn: Callable, cases: list[tuple[Any, Any]], same: Callable[[Any,
     return Outcome(ok / n, msg, {"cases": n, "right": ok})
 
 
+def _call_label(name: str, params: tuple[str, ...]):
+    return lambda *args: f"{name}(" + ", ".join(f"{p}={a!r}" for p, a in zip(params, args)) + ")"
+
+
+def grade_table(module, ctx: Context, cases, refs: dict, params: dict) -> Outcome:
+    """Grade the part's student functions (``params["functions"]`` of the spec, in the order of
+    ``refs``) on (kind, args) cases: ``refs[kind]`` gives the expected answer (computed here, by
+    the trusted side), ``params[kind]`` names the arguments in messages; answers are compared
+    with :func:`same_answer`."""
+    names = ctx.part.params["functions"]
+    fns = dict(zip(refs, (student(module, f) for f in names)))
+    labels = {kind: _call_label(name, params[kind]) for kind, name in zip(refs, names)}
+
+    def call(kind, args):
+        return fns[kind](*args)
+
+    graded = [((kind, args), refs[kind](*args)) for kind, args in cases]
+    return grade_cases(call, graded, same_answer, lambda a: labels[a[0]](*a[1]))
+
+
 def _kind(x) -> str:
     if isinstance(x, bool) or x is None:
         return "a boolean" if isinstance(x, bool) else "None"

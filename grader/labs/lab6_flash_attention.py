@@ -376,27 +376,10 @@ def grade_softmax(module, ctx: Context) -> Outcome:
 
 # ---------------------------------------------------------------- parts b to d: tables of calls
 
-_same = common.same_answer
 _hidden = common.hidden_count
 
 
-def _call_label(name: str, params: tuple[str, ...]):
-    return lambda *args: f"{name}(" + ", ".join(f"{p}={a!r}" for p, a in zip(params, args)) + ")"
-
-
-def _grade_table(module, ctx: Context, cases, refs: dict, params: dict) -> Outcome:
-    """Grade the part's student functions (``params["functions"]`` of the spec, in the order of
-    ``refs``) on (kind, args) cases: ``refs[kind]`` gives the expected answer, ``params[kind]``
-    names the arguments in messages."""
-    names = ctx.part.params["functions"]
-    fns = dict(zip(refs, (common.student(module, f) for f in names)))
-    labels = {kind: _call_label(name, params[kind]) for kind, name in zip(refs, names)}
-
-    def call(kind, args):
-        return fns[kind](*args)
-
-    graded = [((kind, args), refs[kind](*args)) for kind, args in cases]
-    return common.grade_cases(call, graded, _same, lambda a: labels[a[0]](*a[1]))
+_grade_table = common.grade_table
 
 
 # ---------------------------------------------------------------- part b: causal blocks

@@ -4,6 +4,7 @@ key, logits of 10^4, rescales on both sides of the threshold, Sq > Sk), and deli
 answers, which lose points on the public and on the hidden cases (tests/test_every_lab.py checks
 that the solution passes and the student version scores zero). Everything runs in this process
 except one edited notebook graded through the sandbox."""
+import json
 import math
 import os
 import random
@@ -441,3 +442,33 @@ def test_wrong_notebook_through_the_sandbox(root, edit, tmp_path):
     for part, name in (("a_softmax", "softmax_finish"), ("c_gqa", "packed_row")):
         assert res[part].verdict == report.PARTIAL and 0 < res[part].points < res[part].max_points, res[part].message
         assert f"first wrong: {name}" in res[part].message, res[part].message
+
+
+# ---------------------------------------------------------------- kernels: the spec's parts and thresholds
+
+def test_every_step_has_its_four_kernel_parts_on_both_tracks():
+    for n in (2, 3, 4, 5):
+        correct, speed = LAB_SPEC.part(f"s{n}_correct"), LAB_SPEC.part(f"s{n}_speed")
+        for part in (correct, speed):
+            assert part.params["problem"] == "attention" and part.needs_gpu
+            assert part.params["builders"] == {"sm_90a": f"hopper_attn_step{n}", "sm_100a": f"blackwell_attn_step{n}"}
+        assert LAB_SPEC.part(f"s{n}_build_sm90").params["archs"] == ["sm_90a"]
+        assert LAB_SPEC.part(f"s{n}_build_sm100").params["archs"] == ["sm_100a"]
+        assert "not run on a B200" in LAB_SPEC.part(f"s{n}_build_sm100").title
+    causal = {bool(problems.get("attention").shape(s).causal) for s in LAB_SPEC.part("s5_correct").params["public_shapes"]}
+    assert causal == {True, False}
+
+
+@pytest.mark.parametrize("step", [2, 3, 4, 5])
+def test_h200_thresholds_leave_a_margin_below_every_recorded_grading_run(root, step):
+    ratios = []
+    for run in ("run1", "run2", "run3"):
+        with open(os.path.join(root, "reports", "h200", "lab6", "grading", f"{run}.json")) as f:
+            report_ = json.load(f)
+        assert report_["points"] == report_["max_points"]
+        ratios += [r["measurements"]["ratio"] for r in report_["results"] if r["part"] == f"s{step}_speed"]
+    assert len(ratios) == 3
+    th = LAB_SPEC.part(f"s{step}_speed").thresholds
+    assert th["H200"].full <= 0.86 * min(ratios) and th["H200"].floor <= 0.5 * min(ratios)
+    assert "reports/h200/lab6/grading" in th["H200"].source
+    assert th["B200"].status == "uncalibrated: not measured on a B200"

@@ -37,7 +37,7 @@ REPO = os.path.abspath(os.path.join(HERE, *[os.pardir] * 4))
 NOTEBOOK = os.path.join(REPO, "solutions", "lab5_gemm_pipeline", "lab5_gemm_pipeline.ipynb")
 
 
-def _notebook_kernels():
+def notebook_kernels():
     """The solution notebook's module cells (its builders hopper_step5..9), imported the way the
     course's tests import reference code."""
     import importlib.util
@@ -108,7 +108,7 @@ class Worker:
             self.res["toolchain"] = course_build.configure_toolchain()
         except Exception as e:  # noqa: BLE001
             self.res["toolchain"] = f"tvm defaults ({type(e).__name__}: {e})"
-        hk = _notebook_kernels()
+        hk = notebook_kernels()
 
         gpu = torch.cuda.is_available()
         if gpu:

@@ -36,7 +36,7 @@ import traceback
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.abspath(os.path.join(HERE, *[os.pardir] * 4))
 NOTEBOOK = os.path.join(REPO, "solutions", "lab5_gemm_pipeline", "lab5_gemm_pipeline.ipynb")
-sys.path.insert(0, REPO)
+sys.path[:0] = [HERE, REPO]
 
 import numpy as np  # noqa: E402
 
@@ -50,32 +50,8 @@ def log(*a):
     print(f"[{time.time() - T0:6.1f}s]", *a, flush=True)
 
 
-def notebook_kernels():
-    """The solution notebook's module cells (its builders), imported as hopper_gpu_check.py does."""
-    import importlib.util
-    import tempfile
-    from grader import submission
-    module = submission.write_module(NOTEBOOK, tempfile.mkdtemp(prefix="lab5-kernels-"))
-    spec = importlib.util.spec_from_file_location("lab5_kernels", module.path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["lab5_kernels"] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def median_ms(fn, torch, flush, reps):
-    fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        flush.zero_()
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        fn()
-        e.record()
-        e.synchronize()
-        times.append(s.elapsed_time(e))
-    return sorted(times)[len(times) // 2]
+from hopper_gpu_check import notebook_kernels  # noqa: E402  (the solution notebook's builders)
+from timeline_gpu_demo import median_ms  # noqa: E402
 
 
 def check(D, ref, K, torch):
@@ -191,7 +167,7 @@ def main():
         ref = A.float() @ B.float().T
         D = torch.empty(M, N, device="cuda", dtype=torch.float16)
         flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
-        summary["torch_matmul_ms"] = median_ms(lambda: torch.matmul(A, B.T), torch, flush, args.reps)
+        summary["torch_matmul_ms"] = median_ms(lambda: torch.matmul(A, B.T), torch, args.reps, flush)
 
     all_ok = True
     for step in args.steps:
@@ -226,8 +202,8 @@ def main():
             raw = prof.numpy()
             ok = all(r[c]["ok"] for c in ("untraced_check", "traced_check", "traced_check_decoded_launch"))
             all_ok &= ok
-            r["untraced_ms"] = median_ms(lambda: ex0(A, B, D), torch, flush, args.reps)
-            r["traced_ms"] = median_ms(lambda: ex1(A, B, D, prof), torch, flush, args.reps)
+            r["untraced_ms"] = median_ms(lambda: ex0(A, B, D), torch, args.reps, flush)
+            r["traced_ms"] = median_ms(lambda: ex1(A, B, D, prof), torch, args.reps, flush)
             r["untraced_tflops"] = 2.0 * M * N * K / r["untraced_ms"] / 1e9
             r["ratio_to_torch"] = summary["torch_matmul_ms"] / r["untraced_ms"]
             r["overhead_pct"] = 100.0 * (r["traced_ms"] / r["untraced_ms"] - 1)

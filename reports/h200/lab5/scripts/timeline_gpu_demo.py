@@ -116,10 +116,13 @@ def build(name, size, enabled):
     return ex, info
 
 
-def median_ms(fn, torch, reps=25):
+def median_ms(fn, torch, reps=25, flush=None):
+    """Median time of ``fn`` in ms over ``reps`` calls, each after a write of ``flush`` (a 256 MiB
+    buffer by default) that pushes the operands out of L2."""
     fn()
     torch.cuda.synchronize()
-    flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+    if flush is None:
+        flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
     times = []
     for _ in range(reps):
         flush.zero_()
