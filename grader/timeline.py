@@ -35,9 +35,12 @@ rides along with each record.
 ``events_to_json`` / ``events_from_json`` keep decoded events for later drawing.
 
 **A builder's timeline in one call.** A builder that takes ``trace=True`` and then returns the
-traced ``kernel(A, B, D, prof)`` (Lab 5's ``hopper_step5`` .. ``hopper_step9``) is drawn by
-``show(hopper_step7, 4096, 4096, 4096, num_sms, ctas=[0, 1])``: build, compile, run, decode,
-draw (GPU only; without one it says so and does nothing).
+traced kernel, its usual arguments and the trace buffer (Lab 5's ``hopper_step5`` ..
+``hopper_step9``: ``kernel(A, B, D, prof)``; Lab 6's ``hopper_attn_step3`` .. ``hopper_attn_step5``:
+``kernel(Q, K, V, O, LSE, prof)``) is drawn by ``show(hopper_step7, 4096, 4096, 4096, num_sms,
+ctas=[0, 1])`` or ``show(hopper_attn_step4, 4, 4096, 4096, 32, 8, 128, False)``: build, compile,
+run, decode, draw (GPU only; without one it says so and does nothing). The inputs are those of
+the builder's problem (``grader.problems``), told by its parameter names.
 
 Tracing costs time (a global store per record: on an H200, GEMMs traced at every K tile ran 19%
 and 25% slower): read a timeline for its shape, and time the untraced kernel (``Tracer(...,
@@ -868,11 +871,12 @@ NO_GPU = ("timeline.show: no CUDA GPU here, so there is no kernel run to trace; 
           "drawn. Run this cell on a machine with a GPU (the timeline needs one launch of the kernel).")
 
 
-def _show_args(builder, M, N, K, roles, ctas, path, builder_kwargs):
-    """Checks and normalizes show's arguments (plain Python: testable without a GPU)."""
+def _show_args(builder, M, N, K, roles, ctas, path, builder_kwargs, names=("M", "N", "K")):
+    """Checks and normalizes show's arguments (plain Python: testable without a GPU). ``names``:
+    what the first three shape arguments are called (the builder's problem's fields)."""
     if not callable(builder):
         raise TypeError(f"show: builder must be a kernel builder such as hopper_step7, got {builder!r}")
-    for name, v in (("M", M), ("N", N), ("K", K)):
+    for name, v in zip(names, (M, N, K)):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v <= 0:
             raise ValueError(f"show: {name} must be a positive integer, got {v!r}")
     if "trace" in builder_kwargs:
@@ -894,24 +898,47 @@ def _show_args(builder, M, N, K, roles, ctas, path, builder_kwargs):
     return int(M), int(N), int(K), roles, ctas, path
 
 
+def _show_problem(builder, problem=None):
+    """The ``grader.problems`` problem of a builder: the one named ``problem``, else the one with
+    the most builder fields that begin the builder's parameters (``M, N, K`` for a GEMM,
+    ``batch, seq_q, seq_k, ...`` for attention); a GEMM when none does (or the builder is no
+    function)."""
+    import inspect
+    from . import problems
+    if problem is not None:
+        return problems.get(problem)
+    try:
+        params = list(inspect.signature(builder).parameters)
+    except (TypeError, ValueError):
+        return problems.GEMM
+    best = problems.GEMM, 0
+    for p in problems.PROBLEMS.values():
+        fields = list(p.builder_fields or p.fields)
+        if len(fields) >= 3 and params[:len(fields)] == fields and len(fields) > best[1]:
+            best = p, len(fields)
+    return best[0]
+
+
 def _kernel_info(func, roles):
     """(buffer length, row names) of a traced kernel: from the attributes the course's
-    ``hopper_kernel`` attaches, else from the shape of its last (trace buffer) argument."""
+    ``hopper_kernel`` (Lab 5) or ``hopper_attn_kernel`` (Lab 6) attaches."""
     attrs = dict(func.attrs) if getattr(func, "attrs", None) is not None else {}
     length = attrs.get("timeline_buffer_len")
     if roles is None and attrs.get("timeline_roles") is not None:
         roles = [str(r) for r in attrs["timeline_roles"]]
     if length is None:
         raise ValueError("show: the builder's traced kernel does not say how long its trace buffer is: "
-                         "return hopper_kernel(body, ..., trace) from the builder (the given last line)")
+                         "return hopper_kernel(body, ..., trace) (Lab 5) or hopper_attn_kernel(body, ..., trace) "
+                         "(Lab 6) from the builder (the given last line)")
     return int(length), roles
 
 
-def show(builder, M, N, K, *args, roles=None, ctas=(0, 1), path="timeline.png", title=None,
+def show(builder, M, N, K, *args, problem=None, roles=None, ctas=(0, 1), path="timeline.png", title=None,
          window_us=None, seed=0, **builder_kwargs):
     """Draw the timeline of one launch of your kernel, in one call (needs a GPU)::
 
         fig, events = show(hopper_step7, 4096, 4096, 4096, num_sms, roles=["producer", "consumer"])
+        fig, events = show(hopper_attn_step4, 4, 4096, 4096, 32, 8, 128, False)   # Lab 6
 
     Builds ``builder(M, N, K, *args, trace=True, **builder_kwargs)`` (a kernel
     ``kernel(A, B, D, prof)``), compiles it for the GPU present, makes random fp16 inputs
@@ -921,8 +948,15 @@ def show(builder, M, N, K, *args, roles=None, ctas=(0, 1), path="timeline.png", 
     is saved to ``path`` (None: not saved). ``window_us=(t0, t1)`` zooms in. Prints each role's
     share of its time per kind over all CTAs (``summarize``). Returns ``(figure, events)``, or
     None without a GPU (it then only says so). The traced kernel is slower than the untraced one:
-    read the picture for its shape, time the untraced kernel."""
-    M, N, K, roles, ctas, path = _show_args(builder, M, N, K, roles, ctas, path, builder_kwargs)
+    read the picture for its shape, time the untraced kernel.
+
+    Other problems: the positional arguments are the builder's own, and the inputs and outputs
+    are those of its ``grader.problems`` problem (``problem="attention"``, or told by the
+    builder's parameter names: ``batch, seq_q, seq_k, heads_q, heads_kv, head_dim, causal`` is
+    attention, whose traced kernel is ``kernel(Q, K, V, O, LSE, prof)``)."""
+    prob = _show_problem(builder, problem)
+    names = tuple((prob.builder_fields or prob.fields)[:3])
+    M, N, K, roles, ctas, path = _show_args(builder, M, N, K, roles, ctas, path, builder_kwargs, names)
     import torch
     if not torch.cuda.is_available():
         print(NO_GPU)
@@ -932,18 +966,24 @@ def show(builder, M, N, K, *args, roles=None, ctas=(0, 1), path="timeline.png", 
     func = builder(M, N, K, *args, trace=True, **builder_kwargs)
     length, roles = _kernel_info(func, roles)
     ex, _ = build.lower(func)                # for the GPU present
-    gen = torch.Generator(device="cuda").manual_seed(seed)
-    A = torch.randn(M, K, device="cuda", generator=gen).half()
-    B = torch.randn(N, K, device="cuda", generator=gen).half()
-    D = torch.empty(M, N, device="cuda", dtype=torch.float16)
+    name = getattr(builder, "__name__", "kernel")
+    if prob.name == "gemm":
+        gen = torch.Generator(device="cuda").manual_seed(seed)
+        A = torch.randn(M, K, device="cuda", generator=gen).half()
+        B = torch.randn(N, K, device="cuda", generator=gen).half()
+        D = torch.empty(M, N, device="cuda", dtype=torch.float16)
+        call, label = [A, B, D], f"{M}×{N}×{K}"
+    else:                                    # the problem's own inputs (seeded) and outputs
+        shape = prob.shape([M, N, K, *args][:len(prob.builder_fields or prob.fields)])
+        tensors = {**prob.make_inputs("timeline", name, shape, seed, 0, "cuda"), **prob.make_outputs(shape, "cuda")}
+        call, label = prob.args(tensors, prob.draw_scalars("timeline", name, seed, 0)), prob.describe(shape)
     prof = tvm.runtime.tensor(np.zeros(length, dtype=np.uint64), device=tvm.cuda())
-    ex(A, B, D, prof)                        # warm-up: clocks up, descriptors and caches filled
+    ex(*call, prof)                          # warm-up: clocks up, descriptors and caches filled
     torch.cuda.synchronize()
     prof.copyfrom(np.zeros(length, dtype=np.uint64))
-    ex(A, B, D, prof)                        # the launch whose trace is drawn
+    ex(*call, prof)                          # the launch whose trace is drawn
     torch.cuda.synchronize()
-    name = getattr(builder, "__name__", "kernel")
-    return _present(prof, roles, ctas, path, title or f"{name} {M}×{N}×{K}", window_us)
+    return _present(prof, roles, ctas, path, title or f"{name} {label}", window_us)
 
 
 def _present(trace, roles, ctas, path, title, window_us=None):

@@ -6,12 +6,18 @@ state, with no measurement behind them: the classes of the (query tile, key bloc
 causal head, and the exponent reference of one row under plain and conditional rescaling. The
 third, the climb of the steps, is drawn from the grader's reports of the reference on an H200
 (reports/h200/lab6/grading/run*.json).
+
+The timeline of the reference step 4 (the two consumers' ping-pong) is drawn with the course's
+``grader.timeline`` from ``reports/h200/lab6/timeline_attn_step4.json``, written by
+``reports/h200/lab6/scripts/reference_timelines.py`` on an H200. Until that file exists the
+figure is a placeholder that says so, so the notes build either way.
 """
 from __future__ import annotations
 
 import json
 import math
 import pathlib
+import sys
 
 import matplotlib
 
@@ -22,6 +28,10 @@ from matplotlib.patches import Patch, Rectangle  # noqa: E402
 
 HERE = pathlib.Path(__file__).resolve().parent
 OUT = HERE / "generated"
+REPO = HERE.parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+STEP4_TRACE = REPO / "reports" / "h200" / "lab6" / "timeline_attn_step4.json"
 
 FULL, MASKED, SKIPPED = "#8fbf7f", "#f2b25c", "#eeeeee"
 
@@ -161,7 +171,60 @@ def fig_climb(path):
     plt.close(fig)
 
 
-FIGURES = [("causal_blocks.png", fig_causal_blocks), ("rescale.png", fig_rescale), ("climb.png", fig_climb)]
+def _turns_window(events, cta, first=5, count=4):
+    """(t0, t1) in µs from the start of consumer 0's ``first``-th MMA box to the end of its
+    (first + count - 1)-th (None, the whole CTA, when it makes fewer turns)."""
+    mmas = sorted((e.start_ns, e.end_ns) for e in events if e.cta == cta and e.role == "consumer 0" and e.kind == "mma")
+    if len(mmas) <= first:
+        return None
+    return (mmas[first][0] / 1e3 - 0.05, mmas[min(first + count - 1, len(mmas) - 1)][1] / 1e3 + 0.05)
+
+
+def fig_pingpong(path, trace=STEP4_TRACE):
+    """The reference step 4's recorded timeline: the kept CTAs, then four turns of CTA 0."""
+    from grader.timeline import draw_timeline, events_from_json
+    events, meta = events_from_json(trace)
+    ctas = sorted({e.cta for e in events})
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(12.5, 6.6), dpi=110, gridspec_kw={"height_ratios": [1.3, 1]})
+    cut = any((meta.get("kept", {}).get("cut_us") or {}).values())
+    draw_timeline(events, ax=top, ctas=ctas, min_width_us=0.004,
+                  title=f"CTAs {', '.join(map(str, ctas))}" + (", first turns" if cut else ""))
+    draw_timeline(events, ax=bottom, ctas=ctas[0], window_us=_turns_window(events, ctas[0]), min_width_us=0.004,
+                  title=f"CTA {ctas[0]}: four turns of each consumer")
+    shape = meta.get("shape", {})
+    timing = ""
+    if meta.get("untraced_ms") and meta.get("traced_ms"):
+        timing = f"; untraced {meta['untraced_ms']:.3f} ms, traced {meta['traced_ms']:.3f} ms"
+    fig.suptitle(f"Reference hopper_attn_step4, B = {shape.get('batch')}, {shape.get('seq_q')} × {shape.get('seq_k')}, "
+                 f"{shape.get('heads_q')} query heads over {shape.get('heads_kv')} KV heads "
+                 f"({str(meta.get('device', 'H200')).split(',')[0].replace('NVIDIA ', '')}{timing})", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def fig_pingpong_placeholder(path):
+    """Stands in for the step 4 timeline until its measurement is in reports/h200/lab6/."""
+    fig, ax = plt.subplots(figsize=(12.5, 1.6), dpi=110)
+    ax.axis("off")
+    ax.text(0.5, 0.5, "The timeline of the reference step 4 has not been recorded yet:\n"
+                      "run reports/h200/lab6/scripts/reference_timelines.py on an H200 and add "
+                      "reports/h200/lab6/timeline_attn_step4.json.", ha="center", va="center", fontsize=10)
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def fig_timeline(path):
+    if STEP4_TRACE.exists():
+        fig_pingpong(path)
+    elif path.exists():                  # a copy without the measurements keeps its figure
+        print(f"kept {path} (no {STEP4_TRACE.relative_to(REPO)} here)")
+    else:
+        fig_pingpong_placeholder(path)
+
+
+FIGURES = [("causal_blocks.png", fig_causal_blocks), ("rescale.png", fig_rescale), ("climb.png", fig_climb),
+           ("timeline_step4.png", fig_timeline)]
 
 
 def main():

@@ -568,3 +568,31 @@ def test_show_draws_a_lab5_trace(plt, tmp_path, capsys):
     assert (tmp_path / "t.png").read_bytes()[:4] == b"\x89PNG"
     out = capsys.readouterr().out
     assert all(f"{r}: " in out for r in LAB5_ROLES) and "mma" in out
+
+
+def _attn_builder(batch, seq_q, seq_k, heads_q, heads_kv, head_dim, causal, stages=3, trace=False):
+    raise AssertionError("the builder must not be called")
+
+
+def _gemm_builder(M, N, K, num_sms, stages=4, trace=False):
+    raise AssertionError("the builder must not be called")
+
+
+def test_show_tells_the_problem_by_the_builders_parameters(monkeypatch, capsys):
+    """Lab 6's builders (batch, seq_q, seq_k, ...) get attention inputs, Lab 5's (M, N, K, ...)
+    and anything unrecognizable GEMM inputs, unless problem= says otherwise."""
+    assert tl._show_problem(_attn_builder).name == "attention"
+    assert tl._show_problem(_gemm_builder).name == "gemm"
+    assert tl._show_problem(_never_called).name == "gemm"
+    assert tl._show_problem(None).name == "gemm"
+    assert tl._show_problem(_never_called, "attention").name == "attention"
+    with pytest.raises(KeyError, match="attn"):
+        tl._show_problem(_never_called, "attn")
+    with pytest.raises(ValueError, match="batch"):
+        tl.show(_attn_builder, 0, 4096, 4096, 32, 8, 128, False)
+    with pytest.raises(ValueError, match="seq_k"):
+        tl.show(_attn_builder, 4, 4096, -1, 32, 8, 128, False)
+    import torch
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert tl.show(_attn_builder, 4, 4096, 4096, 32, 8, 128, False, ctas=[0, 1], path=None) is None
+    assert capsys.readouterr().out.strip() == tl.NO_GPU

@@ -472,3 +472,65 @@ def test_h200_thresholds_leave_a_margin_below_every_recorded_grading_run(root, s
     assert th["H200"].full <= 0.86 * min(ratios) and th["H200"].floor <= 0.5 * min(ratios)
     assert "reports/h200/lab6/grading" in th["H200"].source
     assert th["B200"].status == "uncalibrated: not measured on a B200"
+
+
+# ---------------------------------------------------------------- timelines: trace=True
+
+def test_hopper_step4_traces_only_on_request(reference):
+    """trace=True adds the trace buffer, the trace points (around waits, loads, the turn's sync,
+    its MMAs, the softmax, epilogue and store), and tells grader.timeline.show the rows and the
+    buffer length. (trace=False, the default, is the kernel the build checks compile, with five
+    arguments; its CUDA source is that of the builders before tracing, byte for byte:
+    reports/h200/lab6/scripts/untraced_unchanged.py.
+    Steps 4 and 5, traced, are compiled through ptxas by reference_timelines.py --cpu-dry-run;
+    one parse here: a traced kernel takes seconds.)"""
+    from grader import timeline as tl
+    shape = (2, 1000, 777, 16, 2, 128, True)
+    traced = reference.hopper_attn_step4(*shape, trace=True)
+    assert [p.name for p in traced.params] == ["Q", "K", "V", "O", "LSE", "prof"]
+    script = traced.script()
+    assert script.count("tl_trace_clock_rec") >= 2 * 8      # wait, load, wait, sync, mma, other, epilogue, store
+    length, roles = tl._kernel_info(traced, None)
+    assert roles == ["producer", "consumer 0", "consumer 1"]
+    ctas = 8 * 16 * 2                                         # ceil(1000 / 128) x heads_q x batch
+    assert length == 1 + ctas * 3 * (12 * 7 + 48)             # 7 key blocks of 128
+
+
+def _pingpong(cta, turns=10, t_mma=500.0, t_soft=380.0, t_issue=40.0, t0=0.0):
+    """Events of an idealised ping-pong: consumers 0 and 1 take turns to issue a turn's products,
+    which run one after another on the tensor cores; each softmax follows its own products."""
+    from grader import timeline as tl
+    ev, tc, handed, ready = [], t0, t0, [t0, t0]
+    for k in range(2 * turns):
+        c = k % 2
+        row, role = 1 + c, f"consumer {c}"
+        issue = max(ready[c], handed) + 10.0
+        ev.append(tl.Event(cta, row, role, "sync", ready[c], issue, 0, 0))
+        tc = max(tc, issue) + t_mma
+        ev.append(tl.Event(cta, row, role, "mma", issue, tc, 0, 0))
+        ev.append(tl.Event(cta, row, role, "other", tc, tc + t_soft, 0, 0))
+        handed, ready[c] = issue + t_issue, tc + t_soft
+    for j in range(turns):
+        ev.append(tl.Event(cta, 0, "producer", "load", t0 + 300.0 * j, t0 + 300.0 * j + t_issue, 0, j % 3))
+    return ev
+
+
+def test_the_lecture_draws_the_recorded_pingpong(tmp_path):
+    """lectures/lab6_flash_attention/figures.py draws reports/h200/lab6/timeline_attn_step4.json
+    once the GPU run has written it (here: a synthetic one laid out the same way), and a
+    placeholder until then."""
+    import importlib.util
+
+    from grader import timeline as tl
+    path = os.path.join(os.path.dirname(__file__), *[os.pardir] * 2, "lectures", LAB, "figures.py")
+    mod_spec = importlib.util.spec_from_file_location("lab6_figures", path)
+    figures = importlib.util.module_from_spec(mod_spec)
+    mod_spec.loader.exec_module(figures)
+    ev = _pingpong(0) + _pingpong(1, t0=120.0)
+    trace = tmp_path / "timeline_attn_step4.json"
+    tl.events_to_json(ev, trace, shape={"batch": 4, "seq_q": 4096, "seq_k": 4096, "heads_q": 32, "heads_kv": 8},
+                      device="NVIDIA H200, 132 SMs", untraced_ms=1.0, traced_ms=1.2, kept={"cut_us": {"0": 9.9}})
+    assert figures._turns_window(ev, 0) is not None
+    figures.fig_pingpong(tmp_path / "t.png", trace)
+    figures.fig_pingpong_placeholder(tmp_path / "p.png")
+    assert (tmp_path / "t.png").read_bytes()[:4] == (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"

@@ -1,0 +1,318 @@
+#!/usr/bin/env python
+"""Timelines of the reference Hopper attention kernels of Lab 6 (steps 4 and 5) on an H100/H200.
+
+    python reports/h200/lab6/scripts/reference_timelines.py --out DIR               # < 90 s on an H200
+    python reports/h200/lab6/scripts/reference_timelines.py --out DIR --cpu-dry-run # no GPU: compile only
+
+The builders are the solution notebook's hopper_attn_step4 and hopper_attn_step5 (loaded the way
+reports/h200/lab5/scripts/reference_timelines.py loads Lab 5's); ``trace=True`` gives the same
+kernel with trace points (grader.timeline, %clock stamps; rows: producer, consumer 0, consumer 1).
+At B = 4, seq_q = seq_k = --seq (default 4096), 32 query heads over 8 KV heads, head dim 128, for
+each step, non-causal and causal:
+  * builds the untraced kernel(Q, K, V, O, LSE) and the traced kernel(Q, K, V, O, LSE, prof),
+  * checks both against grader.problems.attention_reference (float64) on --rows sampled query
+    rows, with the course's tolerance (attention_tolerances); O and LSE prefilled with NaN,
+  * times both (median of --reps CUDA-event timings, L2 flushed before each): the tracing overhead,
+  * decodes the trace of one warm launch (the buffer zeroed before it), of its first
+    --decode-ctas CTAs (two waves; all 4096 would take most of a minute).
+Writes to DIR:
+  timeline_attn_step{4,5}[_causal].json   events of CTAs --ctas, each cut after --turns turns of
+                              its consumers (to keep the files small), + meta: shape, times,
+                              overhead, checks, decode info, and summarize() over the decoded CTAs
+  timeline_attn_step{4,5}[_causal].png    those CTAs drawn with grader.timeline
+  summary.json                everything above but the events
+The lecture (lectures/lab6_flash_attention/figures.py) draws timeline_attn_step4.json once it is
+copied to reports/h200/lab6/. Exit status 0 only if every kernel (traced and untraced) was correct.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import sys
+import threading
+import time
+import traceback
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.abspath(os.path.join(HERE, *[os.pardir] * 4))
+NOTEBOOK = os.path.join(REPO, "solutions", "lab6_flash_attention", "lab6_flash_attention.ipynb")
+sys.path.insert(0, REPO)
+
+import numpy as np  # noqa: E402
+
+from grader import timeline as tl  # noqa: E402
+
+STEPS = [4, 5]
+T0 = time.time()
+
+
+def log(*a):
+    print(f"[{time.time() - T0:6.1f}s]", *a, flush=True)
+
+
+def notebook_kernels():
+    """The solution notebook's module cells (its builders), imported as Lab 5's script does."""
+    import importlib.util
+    import tempfile
+    from grader import submission
+    module = submission.write_module(NOTEBOOK, tempfile.mkdtemp(prefix="lab6-kernels-"))
+    spec = importlib.util.spec_from_file_location("lab6_kernels", module.path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["lab6_kernels"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def median_ms(fn, torch, flush, reps):
+    fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        flush.zero_()
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        fn()
+        e.record()
+        e.synchronize()
+        times.append(s.elapsed_time(e))
+    return sorted(times)[len(times) // 2]
+
+
+def check(O, LSE, ref, rows, tols, torch):
+    """The sampled rows of O [B, Sq, Hq, D] and LSE [B, Hq, Sq] against the float64 reference."""
+    from grader import compare
+    co = compare.compare(O.index_select(1, rows), ref["O"], tols["O"], "O")
+    cl = compare.compare(LSE.index_select(2, rows), ref["LSE"], tols["LSE"], "LSE")
+    return {"ok": bool(co.ok and cl.ok), "rows_checked": int(rows.numel()),
+            "O": co.message, "LSE": cl.message,
+            "max_abs_err_O": co.max_abs_err if math.isfinite(co.max_abs_err) else str(co.max_abs_err),
+            "max_abs_err_LSE": cl.max_abs_err if math.isfinite(cl.max_abs_err) else str(cl.max_abs_err)}
+
+
+def cut(events, ctas, turns):
+    """The events of ``ctas``, each CTA cut at the end of the ``turns``-th MMA of its last row
+    (consumer 1); the whole CTA if it makes no more turns."""
+    kept, cuts = [], {}
+    for c in ctas:
+        ev = [e for e in events if e.cta == c]
+        if not ev:
+            continue
+        last_row = max(e.group for e in ev)
+        mma = sorted(e.end_ns for e in ev if e.group == last_row and e.kind == "mma")
+        t_cut = mma[turns - 1] if len(mma) > turns else math.inf
+        cuts[c] = None if t_cut == math.inf else round(t_cut / 1e3, 3)
+        kept += [e for e in ev if e.start_ns <= t_cut]
+    for e in kept:                                       # shorter JSON: 0.1 ns is plenty
+        e.start_ns, e.end_ns = round(e.start_ns, 1), round(e.end_ns, 1)
+    return kept, cuts
+
+
+def first_ctas(raw, n):
+    """The trace buffer of the first ``n`` CTAs only (a buffer of its own, header and all): the
+    records of global group g sit in column g of the (records, num_ctas * num_groups) table, so
+    the first n * num_groups columns are those CTAs' rows, with the tags the decoder expects.
+    Decoding every CTA of a 4096-CTA launch (millions of events) would take most of a minute."""
+    head = int(raw[0])
+    nb, ng = head & 0xFFFFFFFF, head >> 32
+    n = min(n, nb)
+    table = raw[1:].reshape(-1, nb * ng)[:, :n * ng]
+    return np.concatenate([np.array([(ng << 32) | n], dtype=np.uint64), table.reshape(-1)]), n, nb
+
+
+def build_pair(hk, step, shape, arch):
+    from grader import build
+    builder = getattr(hk, f"hopper_attn_step{step}")
+    out = {}
+    for traced in (False, True):
+        t = time.time()
+        func = builder(*shape, trace=traced)
+        if arch is None:                                 # the GPU present
+            ex, src = build.lower(func)
+            info = {}
+        else:                                            # no GPU: through ptxas for sm_90a
+            art = build.compile_only(func, arch)
+            ex, src = None, art.cuda_source
+            info = {"ptxas": [line.strip() for line in (art.ptxas_log or "").splitlines()
+                              if "Used" in line or "spill" in line or "arning" in line]}
+            info["spills"] = any("spill" in line and "0 bytes spill stores, 0 bytes spill loads" not in line
+                                 for line in info["ptxas"])
+        info["compile_s"] = round(time.time() - t, 1)
+        info["trace_points_in_source"] = src.count("tl_trace_clock_rec(") - src.count("void tl_trace_clock_rec(")
+        if traced:
+            attrs = dict(func.attrs)
+            info["roles"] = [str(r) for r in attrs["timeline_roles"]]
+            info["buffer_len"] = int(attrs["timeline_buffer_len"])
+        out[traced] = (ex, info)
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--seq", type=int, default=4096)
+    ap.add_argument("--heads-q", type=int, default=32)
+    ap.add_argument("--heads-kv", type=int, default=8)
+    ap.add_argument("--steps", type=int, nargs="*", default=STEPS)
+    ap.add_argument("--ctas", type=int, nargs="*", default=[0, 1], help="CTAs kept in the JSON and drawn")
+    ap.add_argument("--turns", type=int, default=12, help="turns of each kept CTA's consumers kept in the JSON")
+    ap.add_argument("--decode-ctas", type=int, default=264,
+                    help="CTAs decoded and summarized (the first ones: two waves on an H200)")
+    ap.add_argument("--rows", type=int, default=256, help="query rows checked against the reference")
+    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--deadline", type=float, default=240.0, help="seconds before the script gives up (a hang)")
+    ap.add_argument("--cpu-dry-run", action="store_true", help="no GPU: compile every kernel for sm_90a, run nothing")
+    args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    dry = args.cpu_dry_run
+
+    def give_up():
+        log(f"still running after {args.deadline} s: a kernel that never finishes? giving up")
+        os._exit(3)
+    watchdog = threading.Timer(args.deadline, give_up)
+    watchdog.daemon = True
+    watchdog.start()
+
+    from grader.build import configure_toolchain
+    toolchain = configure_toolchain()
+    import torch
+    import tvm
+    from grader import problems
+    B, S, HQ, HKV, D = args.batch, args.seq, args.heads_q, args.heads_kv, 128
+    summary = {"argv": sys.argv, "shape": {"batch": B, "seq_q": S, "seq_k": S, "heads_q": HQ, "heads_kv": HKV,
+                                           "head_dim": D},
+               "toolchain": toolchain, "tvm": tvm.__version__, "torch": torch.__version__,
+               "python": platform.python_version(), "dry_run": dry, "kernels": {}}
+    if dry:
+        arch = "sm_90a"
+        summary["device"] = "no GPU: compiled for sm_90a"
+    else:
+        if not torch.cuda.is_available():
+            sys.exit("no GPU: use --cpu-dry-run")
+        cap = torch.cuda.get_device_capability()
+        if cap[0] != 9:
+            sys.exit(f"needs a Hopper GPU (sm_90), found {torch.cuda.get_device_name()} sm_{cap[0]}{cap[1]}")
+        props = torch.cuda.get_device_properties(0)
+        arch = None
+        summary["device"] = f"{props.name}, {props.multi_processor_count} SMs"
+    log("toolchain:", toolchain, "| tvm", tvm.__version__, "| torch", torch.__version__, "|", summary["device"])
+    hk = notebook_kernels()
+
+    def save():
+        with open(os.path.join(args.out, "summary.json"), "w") as f:
+            json.dump(summary, f, indent=1, default=str)
+
+    if not dry:
+        gen = torch.Generator(device="cuda").manual_seed(0)
+        ins = {"Q": torch.randn(B, S, HQ, D, device="cuda", generator=gen).half(),
+               "K": torch.randn(B, S, HKV, D, device="cuda", generator=gen).half(),
+               "V": torch.randn(B, S, HKV, D, device="cuda", generator=gen).half()}
+        O = torch.empty(B, S, HQ, D, device="cuda", dtype=torch.float16)
+        LSE = torch.empty(B, HQ, S, device="cuda", dtype=torch.float32)
+        rows = torch.randperm(S, generator=torch.Generator().manual_seed(1))[:args.rows].sort().values.to("cuda")
+        tols = problems.attention_tolerances(ins, D)
+        refs = {}
+        flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+
+        def run(ex, *extra):
+            O.fill_(float("nan"))
+            LSE.fill_(float("nan"))
+            ex(ins["Q"], ins["K"], ins["V"], O, LSE, *extra)
+            torch.cuda.synchronize()
+
+    all_ok, fault = True, False
+    for step in args.steps:
+        for causal in (False, True):
+            key = f"attn_step{step}" + ("_causal" if causal else "")
+            shape = (B, S, S, HQ, HKV, D, causal)
+            pshape = problems.ATTENTION.shape(list(shape))
+            r = summary["kernels"][key] = {"step": step, "causal": causal}
+            try:
+                kernels = build_pair(hk, step, shape, arch)
+                (ex0, info0), (ex1, info1) = kernels[False], kernels[True]
+                r["untraced_build"], r["traced_build"] = info0, info1
+                roles, length = info1["roles"], info1["buffer_len"]
+                assert info0["trace_points_in_source"] == 0 and info1["trace_points_in_source"] > 0
+                log(f"{key}: built (untraced {info0['compile_s']} s, traced {info1['compile_s']} s), "
+                    f"rows {roles}, trace buffer {length * 8 / 2**20:.1f} MiB")
+                if dry:
+                    ok = not info0.get("spills") and not info1.get("spills")
+                    all_ok &= ok
+                    r["status"] = "compiled" if ok else "SPILLS"
+                    log(f"{key}: ptxas (traced): {'; '.join(info1['ptxas'])}")
+                    save()
+                    continue
+                if causal not in refs:
+                    refs[causal] = problems.attention_reference(ins, rows=rows, causal=causal)
+                ref = refs[causal]
+                zeros = np.zeros(length, dtype=np.uint64)
+                prof = tvm.runtime.tensor(zeros, device=tvm.cuda())
+                run(ex0)
+                r["untraced_check"] = check(O, LSE, ref, rows, tols, torch)
+                run(ex1, prof)                               # warm-up launch, checked too
+                r["traced_check"] = check(O, LSE, ref, rows, tols, torch)
+                prof.copyfrom(zeros)
+                run(ex1, prof)                               # the launch whose trace is kept
+                r["traced_check_decoded_launch"] = check(O, LSE, ref, rows, tols, torch)
+                raw, n_dec, n_all = first_ctas(prof.numpy(), max(args.decode_ctas, max(args.ctas) + 1))
+                ok = all(r[c]["ok"] for c in ("untraced_check", "traced_check", "traced_check_decoded_launch"))
+                all_ok &= ok
+                args5 = (ins["Q"], ins["K"], ins["V"], O, LSE)
+                r["untraced_ms"] = median_ms(lambda: ex0(*args5), torch, flush, args.reps)
+                r["traced_ms"] = median_ms(lambda: ex1(*args5, prof), torch, flush, args.reps)
+                r["untraced_tflops"] = problems.attention_flops(pshape) / r["untraced_ms"] / 1e9
+                r["overhead_pct"] = 100.0 * (r["traced_ms"] / r["untraced_ms"] - 1)
+                log(f"{key}: correct={ok} (max err O untraced {r['untraced_check']['max_abs_err_O']}, traced "
+                    f"{r['traced_check_decoded_launch']['max_abs_err_O']}); untraced {r['untraced_ms']:.3f} ms "
+                    f"({r['untraced_tflops']:.0f} TFLOP/s), traced {r['traced_ms']:.3f} ms: {r['overhead_pct']:+.1f}%")
+                if not ok:
+                    log(f"{key}: WRONG: {json.dumps({c: r[c] for c in ('untraced_check', 'traced_check')})}")
+                events, dinfo = tl.decode(raw, roles, return_info=True)
+                r["decode_info"] = dinfo.__dict__
+                r["events_total"] = len(events)
+                r["ctas_decoded"] = {"first": n_dec, "of": n_all}
+                r["summary_by_role"] = tl.summarize(events)           # over the decoded CTAs
+                r["summary_kept_ctas"] = tl.summarize(events, ctas=args.ctas)
+                kept, cuts = cut(events, args.ctas, args.turns)
+                r["kept"] = {"ctas": args.ctas, "turns": args.turns, "cut_us": cuts, "events": len(kept)}
+                log(f"{key}: {len(events)} events; {dinfo}; by role: {json.dumps(r['summary_by_role'])}")
+                meta = dict(r)
+                meta.update(shape=summary["shape"], device=summary["device"], roles=roles)
+                tl.events_to_json(kept, os.path.join(args.out, f"timeline_{key}.json"), **meta)
+                try:
+                    import matplotlib
+                    matplotlib.use("Agg")
+                    import matplotlib.pyplot as plt
+                    fig = tl.draw(kept, path=os.path.join(args.out, f"timeline_{key}.png"), min_width_us=0.004,
+                                  title=f"hopper_attn_step{step}{' causal' if causal else ''}, B={B}, {S}x{S}, "
+                                        f"{HQ}/{HKV} heads, {summary['device']}: CTAs "
+                                        f"{', '.join(map(str, args.ctas))}")
+                    plt.close(fig)
+                except ImportError as e:
+                    log("no matplotlib, no PNG:", e)
+                r["status"] = "done" if ok else "WRONG"
+            except Exception as e:  # noqa: BLE001 - report, go on (a CUDA fault ends the run)
+                r["status"] = "error"
+                r["error"] = f"{type(e).__name__}: {e}"
+                r["traceback"] = traceback.format_exc()[-3000:]
+                all_ok = False
+                log(f"{key}: FAILED: {r['error']}")
+                if not dry and "CUDA" in str(e).upper():
+                    fault = True
+                    break
+            save()
+        if fault:
+            break
+    summary["all_ok"] = all_ok
+    summary["wall_s"] = round(time.time() - T0, 1)
+    save()
+    log(f"done in {summary['wall_s']} s; all {'compiled without spills' if dry else 'correct'}: {all_ok}; "
+        f"outputs in {args.out}")
+    return 0 if all_ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,92 @@
+#!/usr/bin/env python
+"""The untraced Hopper attention kernels are the kernels they were before the trace points went in.
+
+    python reports/h200/lab6/scripts/untraced_unchanged.py [--rev e1bd6a3] [--steps 3 4 5]
+
+For each of hopper_attn_step3..5 and each shape (below: GQA 8, MQA, MHA; causal and not; tails in
+seq_q and seq_k; seq_q > seq_k), builds ``hopper_attn_stepN(..., trace=False)`` of the solution
+notebook in the work tree and ``hopper_attn_stepN(...)`` of the notebook at git revision ``--rev``
+(the last one before the builders took ``trace``: the kernels graded 43/43 on the H200), lowers
+both to CUDA source for sm_90a (no GPU needed) and compares them. Prints one line per kernel,
+"identical" when the two sources are byte for byte the same, and exits nonzero if any pair differs
+beyond names and whitespace (the first differing lines are printed).
+"""
+from __future__ import annotations
+
+import argparse
+import difflib
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.abspath(os.path.join(HERE, *[os.pardir] * 4))
+REL = "solutions/lab6_flash_attention/lab6_flash_attention.ipynb"
+sys.path.insert(0, REPO)
+
+# (batch, seq_q, seq_k, heads_q, heads_kv, head_dim, causal)
+SHAPES = [
+    (4, 4096, 4096, 32, 8, 128, False),     # the timeline shape, GQA 4
+    (4, 4096, 4096, 32, 8, 128, True),
+    (2, 1000, 777, 16, 2, 128, True),       # GQA 8, tails, seq_q > seq_k
+    (2, 1000, 777, 16, 2, 128, False),
+    (2, 777, 777, 8, 1, 128, False),        # MQA (GQA 8 over one KV head)
+    (1, 128, 4096, 32, 1, 128, True),       # MQA 32, one query tile
+    (1, 300, 500, 4, 4, 128, True),         # MHA
+]
+
+
+def load(notebook, name):
+    from grader import submission
+    module = submission.write_module(notebook, tempfile.mkdtemp(prefix=f"{name}-"))
+    spec = importlib.util.spec_from_file_location(name, module.path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def normalize(src: str) -> str:
+    """Kernel and parameter names, comments and blank space do not count."""
+    src = re.sub(r"//[^\n]*", "", src)
+    src = re.sub(r"\b(kernel|traced|untraced|main|default_function)(_kernel)?\w*", "K", src)
+    return "\n".join(" ".join(line.split()) for line in src.splitlines() if line.strip())
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rev", default="e1bd6a3", help="git revision of the notebook before tracing")
+    ap.add_argument("--steps", type=int, nargs="*", default=[3, 4, 5])
+    args = ap.parse_args()
+    from grader.build import lower
+    old_nb = os.path.join(tempfile.mkdtemp(prefix="lab6-old-"), "lab6_flash_attention.ipynb")
+    with open(old_nb, "wb") as f:
+        f.write(subprocess.run(["git", "show", f"{args.rev}:{REL}"], cwd=REPO, check=True,
+                               capture_output=True).stdout)
+    old, new = load(old_nb, "lab6_old"), load(os.path.join(REPO, REL), "lab6_new")
+    bad = 0
+    for step in args.steps:
+        for shape in SHAPES:
+            f_old = getattr(old, f"hopper_attn_step{step}")(*shape)
+            f_new = getattr(new, f"hopper_attn_step{step}")(*shape, trace=False)
+            s_old, s_new = lower(f_old, "sm_90a")[1], lower(f_new, "sm_90a")[1]
+            exact = s_old == s_new
+            same = exact or normalize(s_old) == normalize(s_new)
+            bad += not same
+            b, sq, sk, hq, hkv, _, causal = shape
+            name = f"B={b} Sq={sq} Sk={sk} Hq={hq} Hkv={hkv}{' causal' if causal else ''}"
+            print(f"hopper_attn_step{step} {name}: "
+                  f"{'identical' if exact else 'same up to names/whitespace' if same else 'DIFFERENT'}"
+                  f" ({len(s_new.splitlines())} lines of CUDA)", flush=True)
+            if not same:
+                diff = difflib.unified_diff(normalize(s_old).splitlines(), normalize(s_new).splitlines(), lineterm="", n=1)
+                print("\n".join(list(diff)[:40]))
+    print("all untraced kernels unchanged" if not bad else f"{bad} kernels differ")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
