@@ -182,8 +182,13 @@ def _layout(got, exp, how):
     return True, ""
 
 
+def _allclose(got, exp, how):
+    from .compare import close_arrays
+    return close_arrays(got, exp, how["rel"], how["abs"])
+
+
 COMPARE = {"same": _same, "same_sorted": _same_sorted, "close": _close, "time_bound": _time_bound,
-           "int": _same_int, "int_rows": _int_rows, "layout": _layout}
+           "int": _same_int, "int_rows": _int_rows, "layout": _layout, "allclose": _allclose}
 
 
 def _short(x, limit: int = 90) -> str:
@@ -350,16 +355,16 @@ SOLUTIONS = os.path.join(REPO_ROOT, "solutions")
 MARKER = ".student-edition"
 
 # How each lab compares an answer with the expected one, per student function ("*": the rest).
-# "close" and "time_bound" use the part's params["rel_tol"]. A new lab adds its line here.
+# "close" and "time_bound" use the part's params["rel_tol"], "allclose" (dictionaries of arrays)
+# also its params["abs_tol"]. A new lab adds its line here.
 COMPARISONS = {
     "lab1_roofline": {"predict": "time_bound", "*": "close"},
     "lab2_tma": {"*": "same"},
     "lab3_layout_swizzle": {"swizzle_chunks": "int_rows", "*": "int"},
     "lab4_gemm": {"same_tiles": "same_sorted", "*": "same"},
     "lab5_gemm_pipeline": {"*": "same"},
-    # a_softmax (arrays of floats, compared with a tolerance) is graded by code that is not a
-    # table of calls, so the edition leaves it to the course grader; the other parts are tables.
-    "lab6_flash_attention": {"*": "same"},
+    "lab6_flash_attention": {"softmax_step": "allclose", "softmax_finish": "allclose",
+                             "attention_head": "allclose", "*": "same"},
 }
 
 # Edits to copies of shared files, so that they fit the edition: (path, old, new, why, required).
@@ -463,8 +468,10 @@ def _comparison(lab: str, part, fn: str) -> dict:
         raise ReleaseError(f"{lab}: say how its answers are compared in COMPARISONS (grader/release.py)")
     kind = rules.get(fn, rules["*"])
     how = {"kind": kind}
-    if kind in ("close", "time_bound"):
+    if kind in ("close", "time_bound", "allclose"):
         how["rel"] = float(part.params["rel_tol"])
+    if kind == "allclose":
+        how["abs"] = float(part.params["abs_tol"])
     return how
 
 
@@ -595,8 +602,37 @@ def _lab3_patterns(L, lab, part, ctx) -> dict:
             "note": "the address patterns on your transpose layout are checked by the course grader"}
 
 
+def _lab6_softmax(L, lab, part, ctx) -> dict:
+    """Lab 6 a_softmax: every call the course grader makes on the public cases, with the trusted
+    answer: softmax_step block by block (each from the reference state before it), then
+    softmax_finish, and attention_head."""
+    import numpy as np
+
+    def plain(x):
+        return {k: np.asarray(v, dtype=np.float64).tolist() for k, v in x.items()}
+    cases: dict[str, list] = {}
+
+    def add(fn, args, expected):
+        cases.setdefault(fn, []).append([[encode(a) for a in args], encode(plain(expected))])
+    for kind, args in L.softmax_cases(ctx):
+        if kind == "steps":
+            state, t, v, block_n, threshold = args
+            tt = np.asarray(t, dtype=np.float64).reshape(len(t), len(v))
+            for j0, j1 in L._blocks(len(v), block_n):
+                call = (state, tt[:, j0:j1].tolist(), v[j0:j1], threshold)
+                expected = plain(L.ref_softmax_step(*call))
+                add("softmax_step", call, expected)
+                state = expected
+            add("softmax_finish", (state,), L.ref_softmax_finish(state))
+        else:
+            add("attention_head", args, L.ref_attention_head(*args))
+    return {"checks": [{"fn": fn, "compare": _comparison(lab, part, fn), "cases": c} for fn, c in cases.items()],
+            "extras": []}
+
+
 RECORDERS = {("lab3_layout_swizzle", "a_layouts"): _lab3_layouts,
-             ("lab3_layout_swizzle", "b_patterns"): _lab3_patterns}
+             ("lab3_layout_swizzle", "b_patterns"): _lab3_patterns,
+             ("lab6_flash_attention", "a_softmax"): _lab6_softmax}
 
 
 def _lab_modules() -> set[str]:

@@ -46,7 +46,7 @@ import types
 import numpy as np
 import torch
 
-from .. import inputs, problems
+from .. import compare, inputs, problems
 from ..context import Context, Outcome
 from . import common
 
@@ -204,32 +204,7 @@ def ref_barrier_counts(arch: str, block_m: int, block_n: int, head_dim: int, con
 
 # ---------------------------------------------------------------- part a: comparison and cases
 
-def close_answer(got, exp, rel: float, abs_: float) -> tuple[bool, str]:
-    """(ok, why) for a dictionary of arrays: same keys and shapes, infinities in the same places
-    with the same signs, no NaN, the finite values within ``abs_ + rel·|expected|``."""
-    if not isinstance(got, dict):
-        return False, f"returned {type(got).__name__}, not a dictionary"
-    if set(got) != set(exp):
-        return False, f"keys {sorted(map(str, got))}, expected {sorted(exp)}"
-    for key in exp:
-        e = np.asarray(exp[key], dtype=np.float64)
-        try:
-            g = np.asarray(got[key], dtype=np.float64)
-        except (TypeError, ValueError):
-            return False, f"{key!r} is not an array of numbers"
-        if g.shape != e.shape:
-            return False, f"{key!r} has shape {g.shape}, expected {e.shape}"
-        if np.isnan(g).any():
-            at = tuple(int(i) for i in np.argwhere(np.isnan(g))[0])
-            return False, f"{key!r} holds NaN (at {at})"
-        bad = (np.isinf(g) | np.isinf(e)) & (g != e)
-        fin = np.isfinite(e) & np.isfinite(g)
-        gf, ef = np.where(fin, g, 0.0), np.where(fin, e, 0.0)
-        bad |= fin & (np.abs(gf - ef) > abs_ + rel * np.abs(ef))
-        if bad.any():
-            at = tuple(int(i) for i in np.argwhere(bad)[0])
-            return False, f"{key!r}{list(at)}: got {g[at]!r}, expected {e[at]!r}"
-    return True, ""
+close_answer = compare.close_arrays       # dictionaries of arrays, with the spec's rel_tol and abs_tol
 
 
 def _floats(x: np.ndarray) -> list:

@@ -424,10 +424,19 @@ def test_wrong_answers_lose_points(reference, part, name, wrong):
     assert r.verdict != report.PASSED and r.points < r.max_points, r.message
 
 
-def test_the_student_edition_records_the_exact_parts_and_leaves_softmax_to_the_course_grader():
-    table = release.record_lab(LAB, progress=lambda m: None)
-    assert sorted(table["parts"]) == ["b_causal", "c_gqa", "d_budget"]
-    assert table["course_grader_only"] == ["a_softmax"]
+def test_the_student_edition_checks_every_cpu_part_softmax_within_its_tolerance(reference):
+    table = json.loads(json.dumps(release.record_lab(LAB, progress=lambda m: None)))   # as shipped: JSON
+    assert sorted(table["parts"]) == ["a_softmax", "b_causal", "c_gqa", "d_budget"]
+    assert "a_softmax" not in table["course_grader_only"]
+    entry = table["parts"]["a_softmax"]
+    assert {c["fn"] for c in entry["checks"]} == {"softmax_step", "softmax_finish", "attention_head"}
+    assert all(c["compare"] == {"kind": "allclose", "rel": 1e-6, "abs": 1e-9} for c in entry["checks"])
+    ctx = _ctx("a_softmax", public_only=True)
+    assert release.grade_from_table(entry, reference, ctx).fraction == 1.0
+    wrong = types.SimpleNamespace(**{n: getattr(reference, n) for n in ("softmax_step", "attention_head")},
+                                  softmax_finish=lse_in_log2)
+    out = release.grade_from_table(entry, wrong, ctx)
+    assert out.fraction < 1.0 and "softmax_finish" in out.message, out.message
 
 
 def test_wrong_notebook_through_the_sandbox(root, edit, tmp_path):
