@@ -37,19 +37,25 @@ REPO = os.path.abspath(os.path.join(HERE, *[os.pardir] * 4))
 NOTEBOOK = os.path.join(REPO, "solutions", "lab5_gemm_pipeline", "lab5_gemm_pipeline.ipynb")
 
 
-def notebook_kernels():
-    """The solution notebook's module cells (its builders hopper_step5..9), imported the way the
-    course's tests import reference code."""
+def load_notebook(notebook, name):
+    """A solution notebook's module cells (its builders) imported as module ``name``, the way the
+    course's tests import reference code (the grader itself never imports a notebook)."""
     import importlib.util
     import tempfile
     sys.path.insert(0, REPO)
     from grader import submission
-    module = submission.write_module(NOTEBOOK, tempfile.mkdtemp(prefix="lab5-kernels-"))
-    spec = importlib.util.spec_from_file_location("lab5_kernels", module.path)
+    module = submission.write_module(notebook, tempfile.mkdtemp(prefix=f"{name}-"))
+    spec = importlib.util.spec_from_file_location(name, module.path)
     mod = importlib.util.module_from_spec(spec)
-    sys.modules["lab5_kernels"] = mod
+    sys.modules[name] = mod
     spec.loader.exec_module(mod)
     return mod
+
+
+def notebook_kernels():
+    """Lab 5's builders hopper_step5..9 from the solution notebook."""
+    return load_notebook(NOTEBOOK, "lab5_kernels")
+
 
 STEPS = [5, 6, 7, 8, 9]
 CORRECTNESS_SHAPES = [(256, 256, 64), (128, 256, 128), (1000, 776, 512), (4096, 4096, 4096), (2304, 3840, 1024)]

@@ -27,9 +27,7 @@ import argparse
 import json
 import math
 import os
-import platform
 import sys
-import threading
 import time
 import traceback
 
@@ -51,7 +49,7 @@ def log(*a):
 
 
 from hopper_gpu_check import notebook_kernels  # noqa: E402  (the solution notebook's builders)
-from timeline_gpu_demo import median_ms  # noqa: E402
+from timeline_gpu_demo import build_traced_pair, median_ms, start_traced_run  # noqa: E402
 
 
 def check(D, ref, K, torch):
@@ -85,29 +83,8 @@ def cut(events, ctas, tiles):
 
 
 def build_all(hk, step, M, N, K, num_sms, arch):
-    from grader import build
-    builder = getattr(hk, f"hopper_step{step}")
     extra = () if step == 5 else (num_sms,)
-    out = {}
-    for traced in (False, True):
-        t = time.time()
-        func = builder(M, N, K, *extra, trace=traced)
-        if arch is None:                                 # the GPU present
-            ex, src = build.lower(func)
-            info = {}
-        else:                                            # no GPU: through ptxas for sm_90a
-            art = build.compile_only(func, arch)
-            ex, src = None, art.cuda_source
-            info = {"ptxas": [l.strip() for l in (art.ptxas_log or "").splitlines()
-                              if "Used" in l or "spill" in l or "arning" in l]}
-        info["compile_s"] = round(time.time() - t, 1)
-        info["trace_points_in_source"] = src.count("tl_trace_clock_rec(") - src.count("void tl_trace_clock_rec(")
-        attrs = dict(func.attrs)
-        if traced:
-            info["roles"] = [str(r) for r in attrs["timeline_roles"]]
-            info["buffer_len"] = int(attrs["timeline_buffer_len"])
-        out[traced] = (ex, func, info)
-    return out
+    return build_traced_pair(getattr(hk, f"hopper_step{step}"), (M, N, K) + extra, arch)
 
 
 def main():
@@ -122,38 +99,18 @@ def main():
     ap.add_argument("--num-sms", type=int, default=132, help="SM count for --cpu-dry-run")
     ap.add_argument("--cpu-dry-run", action="store_true", help="no GPU: compile every kernel for sm_90a, run nothing")
     args = ap.parse_args()
-    os.makedirs(args.out, exist_ok=True)
     dry = args.cpu_dry_run
-
-    def give_up():
-        log(f"still running after {args.deadline} s: a kernel that never finishes? giving up")
-        os._exit(3)
-    watchdog = threading.Timer(args.deadline, give_up)
-    watchdog.daemon = True
-    watchdog.start()
-
-    from grader.build import configure_toolchain
-    toolchain = configure_toolchain()
-    import torch
-    import tvm
+    torch, arch, props, summary = start_traced_run(args, log)
     M = N = K = args.size
-    summary = {"argv": sys.argv, "shape": {"M": M, "N": N, "K": K}, "toolchain": toolchain,
-               "tvm": tvm.__version__, "torch": torch.__version__, "python": platform.python_version(),
-               "dry_run": dry, "steps": {}}
+    summary.update({"shape": {"M": M, "N": N, "K": K}, "steps": {}})
     if dry:
-        num_sms, arch = args.num_sms, "sm_90a"
+        num_sms = args.num_sms
         summary["device"] = f"no GPU: compiled for sm_90a, num_sms={num_sms}"
     else:
-        if not torch.cuda.is_available():
-            sys.exit("no GPU: use --cpu-dry-run")
-        cap = torch.cuda.get_device_capability()
-        if cap[0] != 9:
-            sys.exit(f"needs a Hopper GPU (sm_90), found {torch.cuda.get_device_name()} sm_{cap[0]}{cap[1]}")
-        props = torch.cuda.get_device_properties(0)
-        num_sms, arch = props.multi_processor_count, None
+        num_sms = props.multi_processor_count
         summary["device"] = f"{props.name}, {num_sms} SMs"
     summary["num_sms"] = num_sms
-    log("toolchain:", toolchain, "| tvm", tvm.__version__, "| torch", torch.__version__, "|", summary["device"])
+    log("toolchain:", summary["toolchain"], "| tvm", summary["tvm"], "| torch", summary["torch"], "|", summary["device"])
     hk = notebook_kernels()
 
     def save():

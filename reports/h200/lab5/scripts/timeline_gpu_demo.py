@@ -116,6 +116,68 @@ def build(name, size, enabled):
     return ex, info
 
 
+def start_traced_run(args, log):
+    """What the reference-timeline scripts do first: the output folder, a watchdog that ends the
+    process after ``args.deadline`` seconds (a kernel that never finishes), the toolchain, and the
+    device: a Hopper GPU, or with ``args.cpu_dry_run`` none (everything compiled for sm_90a).
+    Returns (torch, arch, props, summary): arch None on the GPU, props its properties (None
+    without one), summary the run's description so far."""
+    import threading
+    os.makedirs(args.out, exist_ok=True)
+
+    def give_up():
+        log(f"still running after {args.deadline} s: a kernel that never finishes? giving up")
+        os._exit(3)
+    watchdog = threading.Timer(args.deadline, give_up)
+    watchdog.daemon = True
+    watchdog.start()
+    from grader.build import configure_toolchain
+    toolchain = configure_toolchain()
+    import torch
+    import tvm
+    summary = {"argv": sys.argv, "toolchain": toolchain, "tvm": tvm.__version__, "torch": torch.__version__,
+               "python": platform.python_version(), "dry_run": args.cpu_dry_run}
+    if args.cpu_dry_run:
+        return torch, "sm_90a", None, summary
+    if not torch.cuda.is_available():
+        sys.exit("no GPU: use --cpu-dry-run")
+    cap = torch.cuda.get_device_capability()
+    if cap[0] != 9:
+        sys.exit(f"needs a Hopper GPU (sm_90), found {torch.cuda.get_device_name()} sm_{cap[0]}{cap[1]}")
+    return torch, None, torch.cuda.get_device_properties(0), summary
+
+
+def build_traced_pair(builder, args, arch=None):
+    """{False: (kernel, prim_func, info), True: (...)}: the untraced and the traced kernel of a
+    builder that takes ``trace=``, compiled for the GPU present (``arch`` None) or, without a GPU,
+    through ptxas for ``arch`` (kernel None). ``info``: compile time, trace points in the CUDA
+    source, the ptxas lines and whether anything spilled (no GPU), and for the traced kernel its
+    rows and trace-buffer length."""
+    from grader import build
+    out = {}
+    for traced in (False, True):
+        t = time.time()
+        func = builder(*args, trace=traced)
+        if arch is None:                                 # the GPU present
+            ex, src = build.lower(func)
+            info = {}
+        else:                                            # no GPU: through ptxas
+            art = build.compile_only(func, arch)
+            ex, src = None, art.cuda_source
+            info = {"ptxas": [line.strip() for line in (art.ptxas_log or "").splitlines()
+                              if "Used" in line or "spill" in line or "arning" in line]}
+            info["spills"] = any("spill" in line and "0 bytes spill stores, 0 bytes spill loads" not in line
+                                 for line in info["ptxas"])
+        info["compile_s"] = round(time.time() - t, 1)
+        info["trace_points_in_source"] = src.count("tl_trace_clock_rec(") - src.count("void tl_trace_clock_rec(")
+        if traced:
+            attrs = dict(func.attrs)
+            info["roles"] = [str(r) for r in attrs["timeline_roles"]]
+            info["buffer_len"] = int(attrs["timeline_buffer_len"])
+        out[traced] = (ex, func, info)
+    return out
+
+
 def median_ms(fn, torch, reps=25, flush=None):
     """Median time of ``fn`` in ms over ``reps`` calls, each after a write of ``flush`` (a 256 MiB
     buffer by default) that pushes the operands out of L2."""

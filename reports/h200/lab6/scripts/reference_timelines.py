@@ -30,9 +30,7 @@ import argparse
 import json
 import math
 import os
-import platform
 import sys
-import threading
 import time
 import traceback
 
@@ -53,32 +51,14 @@ def log(*a):
     print(f"[{time.time() - T0:6.1f}s]", *a, flush=True)
 
 
+sys.path.insert(0, os.path.join(REPO, "reports", "h200", "lab5", "scripts"))
+from hopper_gpu_check import load_notebook  # noqa: E402
+from timeline_gpu_demo import build_traced_pair, median_ms, start_traced_run  # noqa: E402
+
+
 def notebook_kernels():
-    """The solution notebook's module cells (its builders), imported as Lab 5's script does."""
-    import importlib.util
-    import tempfile
-    from grader import submission
-    module = submission.write_module(NOTEBOOK, tempfile.mkdtemp(prefix="lab6-kernels-"))
-    spec = importlib.util.spec_from_file_location("lab6_kernels", module.path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["lab6_kernels"] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def median_ms(fn, torch, flush, reps):
-    fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        flush.zero_()
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        fn()
-        e.record()
-        e.synchronize()
-        times.append(s.elapsed_time(e))
-    return sorted(times)[len(times) // 2]
+    """Lab 6's builders from the solution notebook."""
+    return load_notebook(NOTEBOOK, "lab6_kernels")
 
 
 def check(O, LSE, ref, rows, tols, torch):
@@ -123,30 +103,8 @@ def first_ctas(raw, n):
 
 
 def build_pair(hk, step, shape, arch):
-    from grader import build
-    builder = getattr(hk, f"hopper_attn_step{step}")
-    out = {}
-    for traced in (False, True):
-        t = time.time()
-        func = builder(*shape, trace=traced)
-        if arch is None:                                 # the GPU present
-            ex, src = build.lower(func)
-            info = {}
-        else:                                            # no GPU: through ptxas for sm_90a
-            art = build.compile_only(func, arch)
-            ex, src = None, art.cuda_source
-            info = {"ptxas": [line.strip() for line in (art.ptxas_log or "").splitlines()
-                              if "Used" in line or "spill" in line or "arning" in line]}
-            info["spills"] = any("spill" in line and "0 bytes spill stores, 0 bytes spill loads" not in line
-                                 for line in info["ptxas"])
-        info["compile_s"] = round(time.time() - t, 1)
-        info["trace_points_in_source"] = src.count("tl_trace_clock_rec(") - src.count("void tl_trace_clock_rec(")
-        if traced:
-            attrs = dict(func.attrs)
-            info["roles"] = [str(r) for r in attrs["timeline_roles"]]
-            info["buffer_len"] = int(attrs["timeline_buffer_len"])
-        out[traced] = (ex, info)
-    return out
+    pair = build_traced_pair(getattr(hk, f"hopper_attn_step{step}"), tuple(shape), arch)
+    return {traced: (ex, info) for traced, (ex, _, info) in pair.items()}
 
 
 def main():
@@ -166,39 +124,15 @@ def main():
     ap.add_argument("--deadline", type=float, default=240.0, help="seconds before the script gives up (a hang)")
     ap.add_argument("--cpu-dry-run", action="store_true", help="no GPU: compile every kernel for sm_90a, run nothing")
     args = ap.parse_args()
-    os.makedirs(args.out, exist_ok=True)
     dry = args.cpu_dry_run
-
-    def give_up():
-        log(f"still running after {args.deadline} s: a kernel that never finishes? giving up")
-        os._exit(3)
-    watchdog = threading.Timer(args.deadline, give_up)
-    watchdog.daemon = True
-    watchdog.start()
-
-    from grader.build import configure_toolchain
-    toolchain = configure_toolchain()
-    import torch
-    import tvm
+    torch, arch, props, summary = start_traced_run(args, log)
     from grader import problems
     B, S, HQ, HKV, D = args.batch, args.seq, args.heads_q, args.heads_kv, 128
-    summary = {"argv": sys.argv, "shape": {"batch": B, "seq_q": S, "seq_k": S, "heads_q": HQ, "heads_kv": HKV,
-                                           "head_dim": D},
-               "toolchain": toolchain, "tvm": tvm.__version__, "torch": torch.__version__,
-               "python": platform.python_version(), "dry_run": dry, "kernels": {}}
-    if dry:
-        arch = "sm_90a"
-        summary["device"] = "no GPU: compiled for sm_90a"
-    else:
-        if not torch.cuda.is_available():
-            sys.exit("no GPU: use --cpu-dry-run")
-        cap = torch.cuda.get_device_capability()
-        if cap[0] != 9:
-            sys.exit(f"needs a Hopper GPU (sm_90), found {torch.cuda.get_device_name()} sm_{cap[0]}{cap[1]}")
-        props = torch.cuda.get_device_properties(0)
-        arch = None
-        summary["device"] = f"{props.name}, {props.multi_processor_count} SMs"
-    log("toolchain:", toolchain, "| tvm", tvm.__version__, "| torch", torch.__version__, "|", summary["device"])
+    summary.update({"shape": {"batch": B, "seq_q": S, "seq_k": S, "heads_q": HQ, "heads_kv": HKV, "head_dim": D},
+                    "kernels": {}})
+    summary["device"] = ("no GPU: compiled for sm_90a" if dry
+                         else f"{props.name}, {props.multi_processor_count} SMs")
+    log("toolchain:", summary["toolchain"], "| tvm", summary["tvm"], "| torch", summary["torch"], "|", summary["device"])
     hk = notebook_kernels()
 
     def save():
@@ -261,8 +195,8 @@ def main():
                 ok = all(r[c]["ok"] for c in ("untraced_check", "traced_check", "traced_check_decoded_launch"))
                 all_ok &= ok
                 args5 = (ins["Q"], ins["K"], ins["V"], O, LSE)
-                r["untraced_ms"] = median_ms(lambda: ex0(*args5), torch, flush, args.reps)
-                r["traced_ms"] = median_ms(lambda: ex1(*args5, prof), torch, flush, args.reps)
+                r["untraced_ms"] = median_ms(lambda: ex0(*args5), torch, args.reps, flush)
+                r["traced_ms"] = median_ms(lambda: ex1(*args5, prof), torch, args.reps, flush)
                 r["untraced_tflops"] = problems.attention_flops(pshape) / r["untraced_ms"] / 1e9
                 r["overhead_pct"] = 100.0 * (r["traced_ms"] / r["untraced_ms"] - 1)
                 log(f"{key}: correct={ok} (max err O untraced {r['untraced_check']['max_abs_err_O']}, traced "
