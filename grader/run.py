@@ -275,17 +275,17 @@ def check_lab(lab: str, submission_path: str | None, seed: int, device: hardware
             return w
 
         results: dict[str, report.PartResult] = {}
-        built: list[_BuildAhead] = []
+        ahead = builds_ahead(lab_spec, selected, seed, device, public_only) if device.present else []
+        built = [0]                      # kernels built ahead so far (progress lines)
         done_lock = threading.Lock()
-        ahead: list[_BuildAhead] = []
 
         def grade_part(w: _Worker, part) -> None:
             if isinstance(part, _BuildAhead):
                 t0 = time.monotonic()
                 _build_ahead(w, part, device.track)
                 with done_lock:
-                    built.append(part)
-                    progress(f"[{lab}] built ahead {len(built)}/{len(ahead)}: {part.name}{part.args}"
+                    built[0] += 1
+                    progress(f"[{lab}] built ahead {built[0]}/{len(ahead)}: {part.name}{part.args}"
                              f" for {part.part.id} ({time.monotonic() - t0:.1f} s)")
                 return
             i = selected.index(part) + 1
@@ -321,14 +321,12 @@ def check_lab(lab: str, submission_path: str | None, seed: int, device: hardware
             results[part.id] = res
             progress(f"{head} ... {res.verdict} ({res.points:.2f}/{res.max_points:g})")
 
-        # CPU parts first, then GPU correctness, then timed parts: timing stops the child, and
-        # every restart costs running the cells again. The report keeps the spec's order.
-        # Longest first, so that no long part starts last: CPU parts by time limit, then the
-        # kernels built ahead, then GPU correctness parts (their kernels built by then).
+        # CPU parts (longest time limit first, so that no long part starts last), the kernels
+        # built ahead, GPU correctness (its kernels built by then), and the timed parts last:
+        # timing stops the child. The report keeps the spec's order.
         cpu = sorted((p for p in selected if not p.needs_gpu), key=lambda p: -p.timeout_s)
         untimed = cpu + [p for p in selected if p.needs_gpu and not p.thresholds]
         timed = [p for p in selected if p.needs_gpu and p.thresholds]
-        ahead += builds_ahead(lab_spec, selected, seed, device, public_only) if device.present else []
         if ahead:
             progress(f"[{lab}] building {len(ahead)} kernels of the GPU parts ahead, in parallel")
         n = max(1, min(workers or default_workers(), len(untimed) + len(ahead)))

@@ -35,6 +35,29 @@ def normalize(src: str) -> str:
     return "\n".join(" ".join(line.split()) for line in src.splitlines() if line.strip())
 
 
+def notebook_at(rev: str, rel: str, name: str):
+    """The builders of the notebook ``rel`` as it was at git revision ``rev``."""
+    path = os.path.join(tempfile.mkdtemp(prefix=f"{name}-"), os.path.basename(rel))
+    with open(path, "wb") as f:
+        f.write(subprocess.run(["git", "show", f"{rev}:{rel}"], cwd=REPO, check=True, capture_output=True).stdout)
+    return load(path, name)
+
+
+def same_source(label: str, f_old, f_new) -> bool:
+    """Compare the CUDA source (sm_90a) of two kernels, print the verdict (and a diff if they
+    differ beyond names and blank space)."""
+    from grader.build import lower
+    s_old, s_new = lower(f_old, "sm_90a")[1], lower(f_new, "sm_90a")[1]
+    exact = s_old == s_new
+    same = exact or normalize(s_old) == normalize(s_new)
+    print(f"{label}: {'identical' if exact else 'same up to names/whitespace' if same else 'DIFFERENT'}"
+          f" ({len(s_new.splitlines())} lines of CUDA)", flush=True)
+    if not same:
+        diff = difflib.unified_diff(normalize(s_old).splitlines(), normalize(s_new).splitlines(), lineterm="", n=1)
+        print("\n".join(list(diff)[:40]))
+    return same
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rev", default="21bd922", help="git revision of the notebook before tracing")
@@ -42,28 +65,14 @@ def main():
     ap.add_argument("--steps", type=int, nargs="*", default=[5, 6, 7, 8, 9])
     ap.add_argument("--num-sms", type=int, default=132)
     args = ap.parse_args()
-    from grader.build import lower
-    old_nb = os.path.join(tempfile.mkdtemp(prefix="lab5-old-"), "lab5_gemm_pipeline.ipynb")
-    with open(old_nb, "wb") as f:
-        f.write(subprocess.run(["git", "show", f"{args.rev}:{REL}"], cwd=REPO, check=True,
-                               capture_output=True).stdout)
-    old, new = load(old_nb, "lab5_old"), load(os.path.join(REPO, REL), "lab5_new")
+    old, new = notebook_at(args.rev, REL, "lab5_old"), load(os.path.join(REPO, REL), "lab5_new")
     bad = 0
     for step in args.steps:
         for shape in args.shapes:
             M, N, K = (int(x) for x in shape.split("x"))
             extra = () if step == 5 else (args.num_sms,)
-            f_old = getattr(old, f"hopper_step{step}")(M, N, K, *extra)
-            f_new = getattr(new, f"hopper_step{step}")(M, N, K, *extra, trace=False)
-            s_old, s_new = lower(f_old, "sm_90a")[1], lower(f_new, "sm_90a")[1]
-            exact = s_old == s_new
-            same = exact or normalize(s_old) == normalize(s_new)
-            bad += not same
-            print(f"hopper_step{step} {shape}: {'identical' if exact else 'same up to names/whitespace' if same else 'DIFFERENT'}"
-                  f" ({len(s_new.splitlines())} lines of CUDA)", flush=True)
-            if not same:
-                diff = difflib.unified_diff(normalize(s_old).splitlines(), normalize(s_new).splitlines(), lineterm="", n=1)
-                print("\n".join(list(diff)[:40]))
+            bad += not same_source(f"hopper_step{step} {shape}", getattr(old, f"hopper_step{step}")(M, N, K, *extra),
+                                   getattr(new, f"hopper_step{step}")(M, N, K, *extra, trace=False))
     print("all untraced kernels unchanged" if not bad else f"{bad} kernels differ")
     return 1 if bad else 0
 

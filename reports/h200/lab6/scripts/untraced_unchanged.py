@@ -14,11 +14,8 @@ beyond names and whitespace (the first differing lines are printed).
 from __future__ import annotations
 
 import argparse
-import difflib
 import os
-import subprocess
 import sys
-import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.abspath(os.path.join(HERE, *[os.pardir] * 4))
@@ -38,7 +35,7 @@ SHAPES = [
 
 
 sys.path.insert(0, os.path.join(REPO, "reports", "h200", "lab5", "scripts"))
-from untraced_unchanged import load, normalize  # noqa: E402  (Lab 5's: the same comparison)
+from untraced_unchanged import load, notebook_at, same_source  # noqa: E402  (Lab 5's: the same comparison)
 
 
 def main():
@@ -46,29 +43,14 @@ def main():
     ap.add_argument("--rev", default="e1bd6a3", help="git revision of the notebook before tracing")
     ap.add_argument("--steps", type=int, nargs="*", default=[3, 4, 5])
     args = ap.parse_args()
-    from grader.build import lower
-    old_nb = os.path.join(tempfile.mkdtemp(prefix="lab6-old-"), "lab6_flash_attention.ipynb")
-    with open(old_nb, "wb") as f:
-        f.write(subprocess.run(["git", "show", f"{args.rev}:{REL}"], cwd=REPO, check=True,
-                               capture_output=True).stdout)
-    old, new = load(old_nb, "lab6_old"), load(os.path.join(REPO, REL), "lab6_new")
+    old, new = notebook_at(args.rev, REL, "lab6_old"), load(os.path.join(REPO, REL), "lab6_new")
     bad = 0
     for step in args.steps:
         for shape in SHAPES:
-            f_old = getattr(old, f"hopper_attn_step{step}")(*shape)
-            f_new = getattr(new, f"hopper_attn_step{step}")(*shape, trace=False)
-            s_old, s_new = lower(f_old, "sm_90a")[1], lower(f_new, "sm_90a")[1]
-            exact = s_old == s_new
-            same = exact or normalize(s_old) == normalize(s_new)
-            bad += not same
             b, sq, sk, hq, hkv, _, causal = shape
-            name = f"B={b} Sq={sq} Sk={sk} Hq={hq} Hkv={hkv}{' causal' if causal else ''}"
-            print(f"hopper_attn_step{step} {name}: "
-                  f"{'identical' if exact else 'same up to names/whitespace' if same else 'DIFFERENT'}"
-                  f" ({len(s_new.splitlines())} lines of CUDA)", flush=True)
-            if not same:
-                diff = difflib.unified_diff(normalize(s_old).splitlines(), normalize(s_new).splitlines(), lineterm="", n=1)
-                print("\n".join(list(diff)[:40]))
+            label = f"hopper_attn_step{step} B={b} Sq={sq} Sk={sk} Hq={hq} Hkv={hkv}{' causal' if causal else ''}"
+            bad += not same_source(label, getattr(old, f"hopper_attn_step{step}")(*shape),
+                                   getattr(new, f"hopper_attn_step{step}")(*shape, trace=False))
     print("all untraced kernels unchanged" if not bad else f"{bad} kernels differ")
     return 1 if bad else 0
 
