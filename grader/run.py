@@ -70,14 +70,33 @@ def outcome_to_result(ctx: Context, grade: Callable) -> report.PartResult:
 
 
 class Harness:
-    """The GPU harness process, started on first use and again after a hang or a crash."""
+    """The GPU harness process, started on first use (or ahead, :meth:`prestart`) and again after
+    a hang or a crash."""
 
     def __init__(self) -> None:
         self.proc: subprocess.Popen | None = None
         self.sock: socket.socket | None = None
+        self._starting: threading.Thread | None = None
+
+    def prestart(self) -> None:
+        """Start the process in the background (importing torch and making a CUDA context take
+        seconds): the first part that needs it waits only for what is left. A start that fails
+        here is tried again, in the open, on first use."""
+        def start_quietly() -> None:
+            try:
+                self.start()
+            except Exception:  # noqa: BLE001 - first use starts it again and reports
+                self._close_process()
+        self._starting = threading.Thread(target=start_quietly, daemon=True)
+        self._starting.start()
+
+    def _wait_started(self) -> None:
+        if self._starting is not None and self._starting is not threading.current_thread():
+            self._starting.join()
+            self._starting = None
 
     def start(self) -> None:
-        self.close()
+        self._close_process()
         mine, theirs = socket.socketpair()
         env = {k: v for k, v in os.environ.items() if k != SECRET_ENV}
         env["PYTHONPATH"] = sandbox.REPO_ROOT + os.pathsep + env.get("PYTHONPATH", "")
@@ -90,6 +109,10 @@ class Harness:
         channel.recv(self.sock, 300)
 
     def close(self) -> None:
+        self._wait_started()
+        self._close_process()
+
+    def _close_process(self) -> None:
         if self.sock is not None:
             self.sock.close()
             self.sock = None
@@ -118,6 +141,7 @@ class Harness:
         def error(msg: str) -> report.PartResult:
             return report.PartResult(job["lab"], part.id, part.title, 0.0, part.points, report.ERROR, msg, True)
 
+        self._wait_started()
         if self.proc is None or self.proc.poll() is not None:
             self.start()
         deadline = time.monotonic() + part.timeout_s
@@ -168,19 +192,57 @@ def default_workers(labs_at_once: int = 1) -> int:
     return max(1, min(MAX_WORKERS, cores // 2))
 
 
+class _Harnesses:
+    """The GPU harnesses of one lab's grading, shared by its workers: a GPU part takes whichever
+    is free (a harness is not tied to a child: it asks the grading process for kernels through
+    the backend of the part's worker). With ``prestart`` they start at once, in the background,
+    while the children build kernels."""
+
+    def __init__(self, n: int, prestart: bool) -> None:
+        import queue
+        self.all = [Harness() for _ in range(n)]
+        self._free: queue.Queue = queue.Queue()
+        for h in self.all:
+            if prestart:
+                h.prestart()
+            self._free.put(h)
+
+    def grade(self, job: dict, backend: remote.ChildBackend, part: spec.Part, gpu_id: str,
+              fresh: bool = False) -> report.PartResult:
+        """Grade a GPU part on a free harness; ``fresh``: in a new process (a trial again)."""
+        h = self._free.get()
+        try:
+            if fresh:
+                h.close()
+            return h.grade(job, backend, part, gpu_id)
+        finally:
+            self._free.put(h)
+
+    def keep_one(self) -> None:
+        """Before the timed parts (no part is running): only the first harness is kept."""
+        import queue
+        for h in self.all[1:]:
+            h.close()
+        self.all = self.all[:1]
+        self._free = queue.Queue()
+        self._free.put(self.all[0])
+
+    def close(self) -> None:
+        for h in self.all:
+            h.close()
+
+
 class _Worker:
-    """One sandboxed child (it runs the notebook's cells) and its GPU harness."""
+    """One sandboxed child: it runs the notebook's cells."""
 
     def __init__(self, module_path: str, hidden: list[str], cpu_s: int, trusted: str, relocate,
                  import_timeout: float, builds: remote.Builds) -> None:
         self.session = sandbox.ChildSession(module_path, hide=hidden, limits=sandbox.Limits(cpu_s=cpu_s))
         self.backend = remote.ChildBackend(self.session, trusted, relocate, import_timeout=import_timeout,
                                            builds=builds)
-        self.harness = Harness()
 
     def close(self) -> None:
         self.session.close()
-        self.harness.close()
 
 
 @dataclasses.dataclass
@@ -196,11 +258,12 @@ class _BuildAhead:
 
 def builds_ahead(lab_spec: spec.LabSpec, parts: list[spec.Part], seed: int, device: hardware.Device,
                  public_only: bool) -> list[_BuildAhead]:
-    """The kernels the GPU parts of ``parts`` that use the default kernel runner will build, timed
-    parts' first (they end the run), each (builder, arguments) once."""
+    """The kernels the GPU parts of ``parts`` that use the default kernel runner will build, each
+    (builder, arguments) once: a kernel two parts use is planned for the untimed one (graded
+    first, see :func:`pool_order`)."""
     from . import runners
     out, seen = [], set()
-    for part in sorted(parts, key=lambda p: not p.thresholds):
+    for part in sorted(parts, key=lambda p: bool(p.thresholds)):
         if not (part.needs_gpu and part.kind == "kernel" and labs.grading_function(lab_spec.lab, part)
                 is runners.DEFAULT_RUNNERS["kernel"]):
             continue
@@ -215,6 +278,26 @@ def builds_ahead(lab_spec: spec.LabSpec, parts: list[spec.Part], seed: int, devi
                 seen.add(key)
                 out.append(_BuildAhead(part, name, tuple(args), dict(kw)))
     return out
+
+
+def pool_order(cpu: list[spec.Part], gpu_untimed: list[spec.Part], ahead: list[_BuildAhead]) -> list:
+    """The order the workers take the untimed work in: the CPU parts (longest time limit first,
+    so that no long part starts last); the GPU parts that build their own kernels; then each GPU
+    correctness part right after the kernels built ahead for it (it starts while later kernels
+    build; a kernel still being built when the part asks for it is waited for, not built twice);
+    the timed parts' kernels last (they are needed only after the pool). Timed parts are not in
+    it: they run after the pool, one at a time, once the children are stopped."""
+    by_part: dict[str, list[_BuildAhead]] = {}
+    for job in ahead:
+        by_part.setdefault(job.part.id, []).append(job)
+    own = [p for p in gpu_untimed if p.id not in by_part]
+    order: list = list(cpu) + own
+    for p in gpu_untimed:
+        if p.id in by_part:
+            order += by_part.pop(p.id) + [p]
+    for jobs in by_part.values():
+        order += jobs
+    return order
 
 
 def _build_ahead(w: _Worker, job: _BuildAhead, arch: str) -> None:
@@ -251,6 +334,7 @@ def check_lab(lab: str, submission_path: str | None, seed: int, device: hardware
     notes = notes if notes is not None else []
     workdir = tempfile.mkdtemp(prefix=f"grader-{lab}-")
     pool: list[_Worker] = []
+    harnesses: _Harnesses | None = None
     try:
         try:
             nb = submission.find_notebook(submission_path or os.path.join(SOLUTIONS_DIR, lab), lab_spec.notebook)
@@ -301,10 +385,9 @@ def check_lab(lab: str, submission_path: str | None, seed: int, device: hardware
                 job = {"lab": lab, "part": part.id, "seed": seed, "public_only": public_only}
 
                 def run_once(job=job, part=part):
-                    w.harness.close()
-                    return w.harness.grade(job, w.backend, part, device.uuid)
+                    return harnesses.grade(job, w.backend, part, device.uuid, fresh=True)
 
-                res = w.harness.grade(job, w.backend, part, device.uuid)
+                res = harnesses.grade(job, w.backend, part, device.uuid)
                 if part.thresholds:
                     res = _perf_trials(res, run_once)
             else:
@@ -319,26 +402,28 @@ def check_lab(lab: str, submission_path: str | None, seed: int, device: hardware
             res.measurements["elapsed_s"] = round(time.monotonic() - start, 3)
             res.measurements.setdefault("sandbox", w.session.level)
             results[part.id] = res
-            progress(f"{head} ... {res.verdict} ({res.points:.2f}/{res.max_points:g})")
+            progress(f"{head} ... {res.verdict} ({res.points:.2f}/{res.max_points:g}) "
+                     f"in {res.measurements['elapsed_s']:.1f} s")
 
-        # CPU parts (longest time limit first, so that no long part starts last), the kernels
-        # built ahead, GPU correctness (its kernels built by then), and the timed parts last:
-        # timing stops the child. The report keeps the spec's order.
         cpu = sorted((p for p in selected if not p.needs_gpu), key=lambda p: -p.timeout_s)
-        untimed = cpu + [p for p in selected if p.needs_gpu and not p.thresholds]
+        gpu_untimed = [p for p in selected if p.needs_gpu and not p.thresholds]
         timed = [p for p in selected if p.needs_gpu and p.thresholds]
+        queue = pool_order(cpu, gpu_untimed, ahead)
         if ahead:
             progress(f"[{lab}] building {len(ahead)} kernels of the GPU parts ahead, in parallel")
-        n = max(1, min(workers or default_workers(), len(untimed) + len(ahead)))
-        _in_pool(n, cpu + ahead + untimed[len(cpu):], new_worker, grade_part)
+        n = max(1, min(workers or default_workers(), len(queue)))
+        harnesses = _Harnesses(max(1, min(n, len(gpu_untimed))), prestart=device.present and bool(gpu_untimed or timed))
+        _in_pool(n, queue, new_worker, grade_part)
         if n > 1 and device.present:
-            for p in untimed:            # a hang beside other kernels may be theirs: grade it again alone
-                if p.needs_gpu and results[p.id].verdict == report.ERROR and "timed out" in results[p.id].message:
+            for p in gpu_untimed:        # a hang beside other kernels may be theirs: grade it again alone
+                if results[p.id].verdict == report.ERROR and "timed out" in results[p.id].message:
                     for w in pool[1:]:
                         w.close()
+                    harnesses.keep_one()
                     grade_part(pool[0], p)
         for w in pool[1:]:
             w.close()
+        harnesses.keep_one()
         main = pool[0] if pool else new_worker()
         for part in timed:
             grade_part(main, part)
@@ -350,6 +435,8 @@ def check_lab(lab: str, submission_path: str | None, seed: int, device: hardware
     finally:
         for w in pool:
             w.close()
+        if harnesses is not None:
+            harnesses.close()
         shutil.rmtree(workdir, ignore_errors=True)
 
 

@@ -56,13 +56,25 @@ def test_lock_files_planted_by_a_child_do_not_use_up_the_ids():
         os.close(fd)
 
 
-def test_the_kernels_of_gpu_parts_are_planned_ahead_timed_parts_first():
+def test_the_kernels_of_gpu_parts_are_planned_ahead_and_ordered_for_the_pool():
     from grader import spec
     lab = spec.load("lab5_gemm_pipeline")
     gpu = hardware.Device(True, "NVIDIA H200 (fake)", hardware.SPECS["H200"], "test", sm_count=132)
     ahead = run.builds_ahead(lab, lab.parts, inputs.PUBLIC_SEED, gpu, public_only=False)
     timed = [a for a in ahead if a.part.thresholds]
-    assert timed and ahead[:len(timed)] == timed                       # they end the run: built first
+    assert timed and ahead[-len(timed):] == timed                      # shared kernels go to correctness
+    cpu = [p for p in lab.parts if not p.needs_gpu]
+    untimed = [p for p in lab.parts if p.needs_gpu and not p.thresholds]
+    order = run.pool_order(cpu, untimed, ahead)
+    assert order[:len(cpu)] == cpu and order[-len(timed):] == timed     # CPU first, timed kernels last
+    assert sorted(map(id, order)) == sorted(map(id, cpu + untimed + ahead))   # everything, once
+    own = [p for p in untimed if not any(a.part is p for a in ahead)]  # parts with their own runner
+    assert order[len(cpu):len(cpu) + len(own)] == own
+    for p in untimed:                                                  # a part right after its kernels
+        if p not in own:
+            i = order.index(p)
+            mine = [a for a in ahead if a.part is p]
+            assert order[i - len(mine):i] == mine
     assert len({(a.name, a.args) for a in ahead}) == len(ahead)          # each kernel once
     assert {a.part.id for a in ahead} == {p.id for p in lab.parts if p.needs_gpu and p.kind == "kernel"}
     assert all(a.name.startswith("hopper_") for a in ahead)             # the GPU's track

@@ -101,6 +101,7 @@ def main():
     args = ap.parse_args()
     dry = args.cpu_dry_run
     torch, arch, props, summary = start_traced_run(args, log)
+    import tvm
     M = N = K = args.size
     summary.update({"shape": {"M": M, "N": N, "K": K}, "steps": {}})
     if dry:

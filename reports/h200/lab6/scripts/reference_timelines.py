@@ -126,6 +126,7 @@ def main():
     args = ap.parse_args()
     dry = args.cpu_dry_run
     torch, arch, props, summary = start_traced_run(args, log)
+    import tvm
     from grader import problems
     B, S, HQ, HKV, D = args.batch, args.seq, args.heads_q, args.heads_kv, 128
     summary.update({"shape": {"batch": B, "seq_q": S, "seq_k": S, "heads_q": HQ, "heads_kv": HKV, "head_dim": D},
