@@ -945,7 +945,8 @@ def show(builder, M, N, K, *args, problem=None, roles=None, ctas=(0, 1), path="t
     A [M, K] and B [N, K], launches it once to warm up, zeroes the trace buffer, launches it again,
     decodes that launch's trace and draws the CTAs ``ctas`` (one row per role, one box per
     traced region). ``roles`` names the rows (default: the names the builder gave). The figure
-    is saved to ``path`` (None: not saved). ``window_us=(t0, t1)`` zooms in. Prints each role's
+    is saved to ``path`` (None: not saved). Time is counted from the first record of the CTAs
+    drawn, and ``window_us=(t0, t1)`` zooms in on that clock. Prints each role's
     share of its time per kind over all CTAs (``summarize``). Returns ``(figure, events)``, or
     None without a GPU (it then only says so). The traced kernel is slower than the untraced one:
     read the picture for its shape, time the untraced kernel.
@@ -995,7 +996,31 @@ def _present(trace, roles, ctas, path, title, window_us=None):
     for role, d in summarize(events).items():
         parts = ", ".join(f"{k} {v:.0%}" for k, v in d.items() if k != "span_us")
         print(f"{role}: {parts} of its {d['span_us'] / ncta:.1f} µs (mean over {ncta} CTAs)")
+    drawn = events
     if ctas is not None:
         title = f"{title}: CTA{'s' if len(ctas) > 1 else ''} {', '.join(map(str, ctas))}"
-    fig = draw(events, path=path, ctas=ctas, window_us=window_us, title=title)
+        drawn = from_first_record(events, ctas)
+        if not drawn:
+            print(f"timeline.show: CTAs {list(ctas)} left no record (the launch has CTAs "
+                  f"{min(e.cta for e in events)} to {max(e.cta for e in events)})" if events else
+                  "timeline.show: the trace has no records")
+    if window_us is not None and drawn:
+        lo, hi = min(e.start_ns for e in drawn) / 1e3, max(e.end_ns for e in drawn) / 1e3
+        if hi < window_us[0] or lo > window_us[1]:
+            print(f"timeline.show: nothing in the window {tuple(window_us)} µs: the records drawn run "
+                  f"from {lo:.1f} to {hi:.1f} µs")
+    fig = draw(drawn, path=path, ctas=ctas, window_us=window_us, title=title)
     return fig, events
+
+
+def from_first_record(events, ctas) -> list[Event]:
+    """The events of ``ctas``, with time counted from the first record among them (so that a
+    window such as (0, 8) µs is the first 8 µs of the CTAs drawn, wherever the launch placed
+    them)."""
+    ctas = {ctas} if isinstance(ctas, (int, np.integer)) else set(ctas)
+    mine = [e if isinstance(e, Event) else Event(**e) for e in events]
+    mine = [e for e in mine if e.cta in ctas]
+    if not mine:
+        return []
+    t0 = min(e.start_ns for e in mine)
+    return [dataclasses.replace(e, start_ns=e.start_ns - t0, end_ns=e.end_ns - t0) for e in mine]

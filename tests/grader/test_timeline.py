@@ -570,6 +570,26 @@ def test_show_draws_a_lab5_trace(plt, tmp_path, capsys):
     assert all(f"{r}: " in out for r in LAB5_ROLES) and "mma" in out
 
 
+def test_show_counts_time_from_the_first_record_of_the_ctas_drawn(plt, tmp_path, capsys):
+    """A window such as (0, 8) µs is the first 8 µs of the CTAs drawn, even when the launch's
+    first record is far earlier (CTAs of a later wave, or SM clocks aligned by anchors)."""
+    ev = synthetic_pipeline(num_ctas=3, stages=4, consumers=2)
+    late = 50_000.0                                    # CTAs 1 and 2 start 50 µs after CTA 0
+    ev = [tl.Event(**{**e.as_dict(), "role": LAB5_ROLES[e.group],
+                      "start_ns": e.start_ns + (late if e.cta else 0), "end_ns": e.end_ns + (late if e.cta else 0)})
+          for e in ev]
+    buf = tl.encode(ev, num_ctas=3, num_groups=3, max_records=128, stamp="clock")
+    fig, _ = tl._present(buf, LAB5_ROLES, [1, 2], str(tmp_path / "t.png"), "late", window_us=(0, 8))
+    assert fig.axes[0]._timeline_boxes > 0                      # not an empty picture
+    shifted = tl.from_first_record(tl.decode(buf, LAB5_ROLES), [1, 2])
+    assert min(e.start_ns for e in shifted) == 0 and {e.cta for e in shifted} == {1, 2}
+    assert "nothing in the window" not in capsys.readouterr().out
+    tl._present(buf, LAB5_ROLES, [1], None, "far", window_us=(10_000, 10_008))
+    assert "nothing in the window (10000, 10008) µs" in capsys.readouterr().out
+    tl._present(buf, LAB5_ROLES, [7], None, "absent")
+    assert "CTAs [7] left no record" in capsys.readouterr().out
+
+
 def _attn_builder(batch, seq_q, seq_k, heads_q, heads_kv, head_dim, causal, stages=3, trace=False):
     raise AssertionError("the builder must not be called")
 
