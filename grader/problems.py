@@ -230,7 +230,7 @@ class Problem:
             if scale == 1.0:
                 t = inputs.randn(lab, part, dims, seed, op.dtype, device, index=index)
             else:
-                t = (inputs.randn(lab, part, dims, seed, torch.float32, "cpu", index=index) * scale).to(op.dtype).to(device)
+                t = (inputs.randn(lab, part, dims, seed, torch.float32, device, index=index) * scale).to(op.dtype)
             out[op.name] = t
         return out
 
