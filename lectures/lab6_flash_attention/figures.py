@@ -9,14 +9,17 @@ third, the climb of the steps, is drawn from the grader's reports of the referen
 
 The timeline of the reference step 4 (the two consumers' ping-pong) is drawn with the course's
 ``grader.timeline`` from ``reports/h200/lab6/timeline_attn_step4.json``, written by
-``reports/h200/lab6/scripts/reference_timelines.py`` on an H200. Until that file exists the
-figure is a placeholder that says so, so the notes build either way.
+``reports/h200/lab6/scripts/reference_timelines.py`` on an H200. Without that file the figure is
+the picture the notebook's ``show(...)`` cell drew on the H200
+(``reports/h200/lab6/timeline_attn_step4.show.png``, a measurement kept as it came), and without
+either a placeholder that says so, so the notes build either way.
 """
 from __future__ import annotations
 
 import json
 import math
 import pathlib
+import shutil
 import sys
 
 import matplotlib
@@ -32,6 +35,7 @@ REPO = HERE.parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 STEP4_TRACE = REPO / "reports" / "h200" / "lab6" / "timeline_attn_step4.json"
+STEP4_SHOW = REPO / "reports" / "h200" / "lab6" / "timeline_attn_step4.show.png"
 
 FULL, MASKED, SKIPPED = "#8fbf7f", "#f2b25c", "#eeeeee"
 
@@ -217,6 +221,8 @@ def fig_pingpong_placeholder(path):
 def fig_timeline(path):
     if STEP4_TRACE.exists():
         fig_pingpong(path)
+    elif STEP4_SHOW.exists():            # the notebook's show() cell, run on the H200
+        shutil.copyfile(STEP4_SHOW, path)
     elif path.exists():                  # a copy without the measurements keeps its figure
         print(f"kept {path} (no {STEP4_TRACE.relative_to(REPO)} here)")
     else:
