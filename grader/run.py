@@ -8,8 +8,9 @@
    child costs that part; the next part gets a fresh child.
 3. CPU parts are graded here: this process makes the cases, sends only their inputs, and
    compares the answers it gets back.
-4. GPU parts are graded in the GPU harness (grader/harness.py), a trusted process that asks
-   this one for kernel libraries. The kernels of the GPU parts are built ahead, spread over the
+4. GPU parts are graded in GPU harnesses (grader/harness.py), trusted processes that ask this
+   one for kernel libraries; a lab's workers share them, and they start ahead, while the
+   children build kernels. The kernels of the GPU parts are built ahead, spread over the
    children with the untimed parts, into a table shared by the workers (remote.Builds): the same
    builder with the same arguments is built and exported once. Before timing, the child is
    stopped; a timed part whose kernels were built ahead starts no child again. A deadlocked kernel is
