@@ -28,7 +28,7 @@ import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from reference_timelines import REPO, check, log, notebook_kernels  # noqa: E402
+from reference_timelines import REPO, check, gpu_problem, log, notebook_kernels  # noqa: E402
 from timeline_gpu_demo import median_ms, start_traced_run  # noqa: E402
 
 
@@ -56,15 +56,7 @@ def main():
     all_ok = True
     for S in args.seqs:
         if props is not None:
-            gen = torch.Generator(device="cuda").manual_seed(S)
-            ins = {"Q": torch.randn(B, S, HQ, D, device="cuda", generator=gen).half(),
-                   "K": torch.randn(B, S, HKV, D, device="cuda", generator=gen).half(),
-                   "V": torch.randn(B, S, HKV, D, device="cuda", generator=gen).half()}
-            O = torch.empty(B, S, HQ, D, device="cuda", dtype=torch.float16)
-            LSE = torch.empty(B, HQ, S, device="cuda", dtype=torch.float32)
-            rows = torch.randperm(S, generator=torch.Generator().manual_seed(1))[:args.rows].sort().values.to("cuda")
-            tols = problems.attention_tolerances(ins, D)
-            flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+            ins, O, LSE, rows, tols, flush = gpu_problem(torch, B, S, HQ, HKV, D, args.rows, seed=S)
         for causal in (False, True):
             shape = problems.ATTENTION.shape([B, S, S, HQ, HKV, D, causal])
             base = {"cudnn": problems._sdpa("CUDNN_ATTENTION", ins, shape),

@@ -72,6 +72,22 @@ def check(O, LSE, ref, rows, tols, torch):
             "max_abs_err_LSE": cl.max_abs_err if math.isfinite(cl.max_abs_err) else str(cl.max_abs_err)}
 
 
+def gpu_problem(torch, B, S, HQ, HKV, D, n_rows, seed):
+    """Seeded fp16 Q [B, S, HQ, D], K and V [B, S, HKV, D] on the GPU, the outputs O and LSE, the
+    sorted query rows checked, the course's tolerances for these inputs, and a 256 MiB buffer
+    whose writes flush L2 between timed calls."""
+    from grader import problems
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    ins = {"Q": torch.randn(B, S, HQ, D, device="cuda", generator=gen).half(),
+           "K": torch.randn(B, S, HKV, D, device="cuda", generator=gen).half(),
+           "V": torch.randn(B, S, HKV, D, device="cuda", generator=gen).half()}
+    O = torch.empty(B, S, HQ, D, device="cuda", dtype=torch.float16)
+    LSE = torch.empty(B, HQ, S, device="cuda", dtype=torch.float32)
+    rows = torch.randperm(S, generator=torch.Generator().manual_seed(1))[:n_rows].sort().values.to("cuda")
+    flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+    return ins, O, LSE, rows, problems.attention_tolerances(ins, D), flush
+
+
 def cut(events, ctas, turns):
     """The events of ``ctas``, each CTA cut at the end of the ``turns``-th MMA of its last row
     (consumer 1); the whole CTA if it makes no more turns."""
@@ -127,16 +143,8 @@ def main():
             json.dump(summary, f, indent=1, default=str)
 
     if not dry:
-        gen = torch.Generator(device="cuda").manual_seed(0)
-        ins = {"Q": torch.randn(B, S, HQ, D, device="cuda", generator=gen).half(),
-               "K": torch.randn(B, S, HKV, D, device="cuda", generator=gen).half(),
-               "V": torch.randn(B, S, HKV, D, device="cuda", generator=gen).half()}
-        O = torch.empty(B, S, HQ, D, device="cuda", dtype=torch.float16)
-        LSE = torch.empty(B, HQ, S, device="cuda", dtype=torch.float32)
-        rows = torch.randperm(S, generator=torch.Generator().manual_seed(1))[:args.rows].sort().values.to("cuda")
-        tols = problems.attention_tolerances(ins, D)
+        ins, O, LSE, rows, tols, flush = gpu_problem(torch, B, S, HQ, HKV, D, args.rows, seed=0)
         refs = {}
-        flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
 
         def run(ex, *extra):
             O.fill_(float("nan"))
