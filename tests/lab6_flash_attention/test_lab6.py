@@ -526,8 +526,8 @@ def _pingpong(cta, turns=10, t_mma=500.0, t_soft=380.0, t_issue=40.0, t0=0.0):
 
 def test_the_lecture_draws_the_recorded_pingpong(tmp_path):
     """lectures/lab6_flash_attention/figures.py draws reports/h200/lab6/timeline_attn_step4.json
-    once the GPU run has written it (here: a synthetic one laid out the same way), and a
-    placeholder until then."""
+    once the GPU run has written it (here: a synthetic one laid out the same way); without it the
+    picture the notebook's show() cell drew on the H200, and without either a placeholder."""
     import importlib.util
 
     from grader import timeline as tl
@@ -543,3 +543,11 @@ def test_the_lecture_draws_the_recorded_pingpong(tmp_path):
     figures.fig_pingpong(tmp_path / "t.png", trace)
     figures.fig_pingpong_placeholder(tmp_path / "p.png")
     assert (tmp_path / "t.png").read_bytes()[:4] == (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"
+    recorded = figures.STEP4_SHOW
+    assert recorded.exists()                                  # the H200 picture is in the repository
+    figures.STEP4_TRACE = tmp_path / "absent.json"
+    figures.fig_timeline(tmp_path / "s.png")
+    assert (tmp_path / "s.png").read_bytes() == recorded.read_bytes()
+    figures.STEP4_SHOW = tmp_path / "absent.png"
+    figures.fig_timeline(tmp_path / "q.png")
+    assert (tmp_path / "q.png").read_bytes() != recorded.read_bytes()   # the placeholder
