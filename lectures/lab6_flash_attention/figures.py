@@ -1,10 +1,10 @@
 """Draw the figures of the Lab 6 notes (Flash Attention with GQA) into ./generated/.
 
 Run directly (``python lectures/lab6_flash_attention/figures.py``) or let ``lectures/conf.py`` run
-it at the start of every Sphinx build. Two figures are computed here from the rules the notes
+it at the start of every Sphinx build. Three figures are computed here from the rules the notes
 state, with no measurement behind them: the classes of the (query tile, key block) pairs of a
-causal head, and the exponent reference of one row under plain and conditional rescaling. The
-third, the climb of the steps, is drawn from the grader's reports of the reference on an H200
+causal head, the rows of a GQA-packed Q tile, and the exponent reference of one row under plain
+and conditional rescaling. The fourth, the climb of the steps, is drawn from the grader's reports of the reference on an H200
 (reports/h200/lab6/grading/run*.json).
 
 The timeline of the reference step 4 (the two consumers' ping-pong) is drawn with the course's
@@ -84,6 +84,66 @@ def fig_causal_blocks(path):
     fig.suptitle("Which key blocks a query tile visits under a bottom-right causal mask "
                  "(black line: the last key each query sees)", fontsize=10)
     fig.tight_layout(rect=(0, 0.07, 1, 0.95))
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def packed_row(r: int, tile: int, group: int, hkv: int, rows: int = 128) -> tuple[int, int]:
+    """(sequence position, query head) of row r of packed tile ``tile`` of KV head ``hkv``."""
+    return tile * (rows // group) + r // group, hkv * group + r % group
+
+
+def fig_gqa_packing(path, group=4, hkv=1, groups_shown=3, tiles_shown=3):
+    """Q of one batch as [positions x query heads]: the box of one packed tile, and its 128 rows."""
+    per_tile = 128 // group
+    heads = groups_shown * group
+    positions = tiles_shown * per_tile
+    head_colors = ["#4c78a8", "#f58518", "#54a24b", "#b279a2", "#e45756", "#72b7b2", "#eeca3b", "#9d755d"]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12.5, 5.2), dpi=110, gridspec_kw={"width_ratios": [1.15, 1]})
+    # left: Q [S, H] of one batch (D is the third axis, not drawn)
+    for h in range(heads):
+        mine = h // group == hkv
+        for t in range(tiles_shown):
+            shade = head_colors[h % group] if mine else "#dddddd"
+            left.add_patch(Rectangle((h, t * per_tile), 1, per_tile, facecolor=shade, alpha=0.35 + 0.3 * (t == 0),
+                                     edgecolor="white", linewidth=0.6))
+    for t in range(tiles_shown):
+        left.add_patch(Rectangle((hkv * group, t * per_tile), group, per_tile, fill=False, edgecolor="black",
+                                 linewidth=2.2 if t == 0 else 1.0, linestyle="-" if t == 0 else "--"))
+        left.text(hkv * group + group + 0.3, t * per_tile + per_tile / 2,
+                  f"tile {t}: positions {t * per_tile}–{(t + 1) * per_tile - 1}", va="center", fontsize=8)
+    left.set_xlim(0, heads + 5.5)
+    left.set_ylim(positions, 0)
+    left.set_xticks([h + 0.5 for h in range(heads)])
+    left.set_xticklabels([str(h) for h in range(heads)], fontsize=7)
+    left.set_xlabel(f"query head (KV head h_kv = head // {group})")
+    left.set_ylabel("sequence position")
+    left.set_title(f"Q[b] in memory, [S, H, D]: the tiles of KV head {hkv} (g = {group}); "
+                   f"each is one TMA box (1, {per_tile}, {group}, D)", fontsize=9)
+    # right: the 128 rows of tile 0, in the order the MMA sees them, and the K block they share
+    shown = 24
+    for r in range(shown):
+        pos, head = packed_row(r, 0, group, hkv)
+        right.add_patch(Rectangle((0, r), 3, 1, facecolor=head_colors[head % group], alpha=0.65,
+                                  edgecolor="white", linewidth=0.5))
+        if r < 8 or r == shown - 1:
+            right.text(3.2, r + 0.5, f"row {r}: position {pos}, head {head}", va="center", fontsize=7.5)
+    right.text(1.5, shown + 1.5, "⋮", ha="center", fontsize=12)
+    pos, head = packed_row(127, 0, group, hkv)
+    right.add_patch(Rectangle((0, shown + 3), 3, 1, facecolor=head_colors[head % group], alpha=0.65, edgecolor="white"))
+    right.text(3.2, shown + 3.5, f"row 127: position {pos}, head {head}", va="center", fontsize=7.5)
+    right.add_patch(Rectangle((10.5, 0), 3, shown + 4, facecolor="#cccccc", edgecolor="black"))
+    right.text(12.0, (shown + 4) / 2, f"K block j of\nKV head {hkv}\n(128 keys × D)\nloaded once", ha="center",
+               va="center", fontsize=8, rotation=90)
+    right.annotate("", xy=(10.4, (shown + 4) / 2), xytext=(8.6, (shown + 4) / 2),
+                   arrowprops=dict(arrowstyle="<->", color="black"))
+    right.text(9.5, (shown + 4) / 2 - 1.2, "S = Q Kᵀ\n128 × 128", ha="center", va="bottom", fontsize=8)
+    right.set_xlim(0, 14)
+    right.set_ylim(shown + 4.5, 0)
+    right.axis("off")
+    right.set_title(f"Tile 0 as the MMA sees it: row r = position r // {group}, head {hkv * group} + r % {group}",
+                    fontsize=9)
+    fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
 
@@ -229,7 +289,8 @@ def fig_timeline(path):
         fig_pingpong_placeholder(path)
 
 
-FIGURES = [("causal_blocks.png", fig_causal_blocks), ("rescale.png", fig_rescale), ("climb.png", fig_climb),
+FIGURES = [("causal_blocks.png", fig_causal_blocks), ("gqa_packing.png", fig_gqa_packing),
+           ("rescale.png", fig_rescale), ("climb.png", fig_climb),
            ("timeline_step4.png", fig_timeline)]
 
 

@@ -524,6 +524,21 @@ def _pingpong(cta, turns=10, t_mma=500.0, t_soft=380.0, t_issue=40.0, t0=0.0):
     return ev
 
 
+def test_the_lecture_packing_figure_covers_each_position_and_head_once():
+    """The GQA figure's row map (the lecture's formula) puts every (position, head) of a KV head's
+    group in exactly one row of one tile, and never a head of another group."""
+    import importlib.util
+    path = os.path.join(os.path.dirname(__file__), *[os.pardir] * 2, "lectures", LAB, "figures.py")
+    mod_spec = importlib.util.spec_from_file_location("lab6_figures_packing", path)
+    figures = importlib.util.module_from_spec(mod_spec)
+    mod_spec.loader.exec_module(figures)
+    for group, hkv in ((1, 0), (2, 3), (4, 1), (8, 2), (16, 0)):
+        seen = [figures.packed_row(r, t, group, hkv) for t in range(3) for r in range(128)]
+        assert len(set(seen)) == len(seen) == 3 * 128
+        assert {h for _, h in seen} == set(range(hkv * group, (hkv + 1) * group))
+        assert {p for p, _ in seen} == set(range(3 * 128 // group))
+
+
 def test_the_lecture_draws_the_recorded_pingpong(tmp_path):
     """lectures/lab6_flash_attention/figures.py draws reports/h200/lab6/timeline_attn_step4.json
     once the GPU run has written it (here: a synthetic one laid out the same way); without it the
