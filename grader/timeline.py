@@ -848,6 +848,24 @@ def draw_timeline(events, ax=None, title=None, *, ctas=None, window_us=None, kin
     return ax
 
 
+def draw_recorded(events, meta: dict, path, *, zoom_us, overview_title: str, zoom_title: str, heading: str):
+    """A recorded reference timeline as the lectures show it: every kept CTA on top, a window of
+    the first one below (``zoom_us``), and a heading followed by where it was measured and, if
+    ``meta`` has them, the untraced and traced times. Saved to ``path``."""
+    import matplotlib.pyplot as plt
+    ctas = sorted({e.cta for e in events})
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(12.5, 6.8), dpi=110, gridspec_kw={"height_ratios": [1.5, 1]})
+    draw_timeline(events, ax=top, ctas=ctas, min_width_us=0.004, title=overview_title)
+    draw_timeline(events, ax=bottom, ctas=ctas[0], window_us=zoom_us, min_width_us=0.004, title=zoom_title)
+    where = str(meta.get("device", "H200")).split(",")[0].replace("NVIDIA ", "")
+    if meta.get("untraced_ms") and meta.get("traced_ms"):
+        where += f"; untraced {meta['untraced_ms']:.3f} ms, traced {meta['traced_ms']:.3f} ms"
+    fig.suptitle(f"{heading}, {where}", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
 def _is_events(trace) -> bool:
     return isinstance(trace, (list, tuple)) and (not trace or isinstance(trace[0], (Event, dict)))
 

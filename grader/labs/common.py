@@ -27,7 +27,12 @@ def grade_cases(fn: Callable, cases: list[tuple[Any, Any]], same: Callable[[Any,
         if not same(got, expected):
             kind = _kind_mismatch(got, expected)
             wrong.append(f"{label(args)}: got {got!r}, expected {expected!r}" + (f" ({kind})" if kind else ""))
-    n = len(cases)
+    return cases_outcome(len(cases), wrong)
+
+
+def cases_outcome(n: int, wrong: list[str]) -> Outcome:
+    """n cases, of which those described in ``wrong`` were answered wrong: the share right, and
+    a message naming the first wrong one."""
     ok = n - len(wrong)
     msg = f"{ok}/{n} cases right"
     if wrong:

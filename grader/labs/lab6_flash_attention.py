@@ -341,12 +341,7 @@ def grade_softmax(module, ctx: Context) -> Outcome:
                        f"{'causal' if causal else 'non-causal'}, block_n={block_n}, threshold {threshold:g}): {why}")
         if not ok:
             wrong.append(why)
-    n = len(cases)
-    right = n - len(wrong)
-    msg = f"{right}/{n} cases right"
-    if wrong:
-        msg += "; first wrong: " + wrong[0] + (f" (and {len(wrong) - 1} more)" if len(wrong) > 1 else "")
-    return Outcome(right / n, msg, {"cases": n, "right": right})
+    return common.cases_outcome(len(cases), wrong)
 
 
 # ---------------------------------------------------------------- parts b to d: tables of calls

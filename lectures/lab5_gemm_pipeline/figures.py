@@ -30,7 +30,7 @@ REPO = HERE.parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from grader.timeline import draw_timeline, events_from_json  # noqa: E402
+from grader.timeline import draw_recorded, draw_timeline, events_from_json  # noqa: E402
 
 OUT = HERE / "generated"
 MEASURED = REPO / "reports" / "h200" / "lab5"
@@ -194,20 +194,12 @@ def fig_step_timeline(step, path):
     """A reference step's recorded timeline: the kept CTAs, then 8 K tiles of the first one."""
     events, meta = events_from_json(STEP_TRACES[step])
     ctas = sorted({e.cta for e in events})
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(12.5, 7.0), dpi=110, gridspec_kw={"height_ratios": [1.6, 1]})
-    draw_timeline(events, ax=top, ctas=ctas, min_width_us=0.004,
-                  title=f"CTAs {', '.join(map(str, ctas))}" + (", first output tiles" if meta.get("kept", {}).get("cut_us") else ""))
-    draw_timeline(events, ax=bottom, ctas=ctas[0], window_us=_steady_window(events, ctas[0]), min_width_us=0.004,
-                  title=f"CTA {ctas[0]}: 8 K tiles of the main loop")
     shape = meta.get("shape", {})
-    timing = ""
-    if meta.get("untraced_ms") and meta.get("traced_ms"):
-        timing = f"; untraced {meta['untraced_ms']:.3f} ms, traced {meta['traced_ms']:.3f} ms"
-    fig.suptitle(f"Reference {STEP_TITLES[step]} ({shape.get('M')}×{shape.get('N')}×{shape.get('K')}, "
-                 f"{str(meta.get('device', 'H200')).split(',')[0].replace('NVIDIA ', '')}{timing})", fontsize=11)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    draw_recorded(events, meta, path, zoom_us=_steady_window(events, ctas[0]),
+                  overview_title=f"CTAs {', '.join(map(str, ctas))}"
+                                 + (", first output tiles" if meta.get("kept", {}).get("cut_us") else ""),
+                  zoom_title=f"CTA {ctas[0]}: 8 K tiles of the main loop",
+                  heading=f"Reference {STEP_TITLES[step]} ({shape.get('M')}×{shape.get('N')}×{shape.get('K')})")
 
 
 def fig_placeholder(step, path):

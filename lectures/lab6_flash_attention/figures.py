@@ -246,25 +246,16 @@ def _turns_window(events, cta, first=5, count=4):
 
 def fig_pingpong(path, trace=STEP4_TRACE):
     """The reference step 4's recorded timeline: the kept CTAs, then four turns of CTA 0."""
-    from grader.timeline import draw_timeline, events_from_json
+    from grader.timeline import draw_recorded, events_from_json
     events, meta = events_from_json(trace)
     ctas = sorted({e.cta for e in events})
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(12.5, 6.6), dpi=110, gridspec_kw={"height_ratios": [1.3, 1]})
     cut = any((meta.get("kept", {}).get("cut_us") or {}).values())
-    draw_timeline(events, ax=top, ctas=ctas, min_width_us=0.004,
-                  title=f"CTAs {', '.join(map(str, ctas))}" + (", first turns" if cut else ""))
-    draw_timeline(events, ax=bottom, ctas=ctas[0], window_us=_turns_window(events, ctas[0]), min_width_us=0.004,
-                  title=f"CTA {ctas[0]}: four turns of each consumer")
     shape = meta.get("shape", {})
-    timing = ""
-    if meta.get("untraced_ms") and meta.get("traced_ms"):
-        timing = f"; untraced {meta['untraced_ms']:.3f} ms, traced {meta['traced_ms']:.3f} ms"
-    fig.suptitle(f"Reference hopper_attn_step4, B = {shape.get('batch')}, {shape.get('seq_q')} × {shape.get('seq_k')}, "
-                 f"{shape.get('heads_q')} query heads over {shape.get('heads_kv')} KV heads "
-                 f"({str(meta.get('device', 'H200')).split(',')[0].replace('NVIDIA ', '')}{timing})", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    draw_recorded(events, meta, path, zoom_us=_turns_window(events, ctas[0]),
+                  overview_title=f"CTAs {', '.join(map(str, ctas))}" + (", first turns" if cut else ""),
+                  zoom_title=f"CTA {ctas[0]}: four turns of each consumer",
+                  heading=f"Reference hopper_attn_step4, B = {shape.get('batch')}, {shape.get('seq_q')} × "
+                          f"{shape.get('seq_k')}, {shape.get('heads_q')} query heads over {shape.get('heads_kv')} KV heads")
 
 
 def fig_pingpong_placeholder(path):

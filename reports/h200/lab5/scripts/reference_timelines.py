@@ -29,7 +29,6 @@ import math
 import os
 import sys
 import time
-import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.abspath(os.path.join(HERE, *[os.pardir] * 4))
@@ -49,7 +48,8 @@ def log(*a):
 
 
 from hopper_gpu_check import notebook_kernels  # noqa: E402  (the solution notebook's builders)
-from timeline_gpu_demo import build_traced_pair, median_ms, start_traced_run  # noqa: E402
+from timeline_gpu_demo import (build_traced_pair, median_ms, record_failure, save_png,  # noqa: E402
+                               start_traced_run)
 
 
 def check(D, ref, K, torch):
@@ -180,24 +180,12 @@ def main():
             meta.update(step=step, shape=summary["shape"], device=summary["device"], roles=roles,
                         torch_matmul_ms=summary["torch_matmul_ms"])
             tl.events_to_json(kept, os.path.join(args.out, f"timeline_step{step}.json"), **meta)
-            try:
-                import matplotlib
-                matplotlib.use("Agg")
-                import matplotlib.pyplot as plt
-                fig = tl.draw(kept, path=os.path.join(args.out, f"timeline_step{step}.png"), min_width_us=0.004,
-                              title=f"hopper_step{step}, {M}x{N}x{K}, {summary['device']}: CTAs "
-                                    f"{', '.join(map(str, args.ctas))}")
-                plt.close(fig)
-            except ImportError as e:
-                log("no matplotlib, no PNG:", e)
+            save_png(kept, os.path.join(args.out, f"timeline_step{step}.png"),
+                     f"hopper_step{step}, {M}x{N}x{K}, {summary['device']}: CTAs {', '.join(map(str, args.ctas))}", log)
             r["status"] = "done" if ok else "WRONG"
         except Exception as e:  # noqa: BLE001 - report, go on (a CUDA fault ends the run)
-            r["status"] = "error"
-            r["error"] = f"{type(e).__name__}: {e}"
-            r["traceback"] = traceback.format_exc()[-3000:]
             all_ok = False
-            log(f"step {step}: FAILED: {r['error']}")
-            if not dry and "CUDA" in str(e).upper():
+            if record_failure(r, e, f"step {step}", log) and not dry:
                 save()
                 break
         save()

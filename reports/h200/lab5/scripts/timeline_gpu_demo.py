@@ -178,6 +178,28 @@ def build_traced_pair(builder, args, arch=None):
     return out
 
 
+def save_png(events, path, title, log):
+    """``events`` drawn with grader.timeline into the PNG ``path`` (none, said, without matplotlib)."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as e:
+        log("no matplotlib, no PNG:", e)
+        return
+    plt.close(tl.draw(events, path=path, min_width_us=0.004, title=title))
+
+
+def record_failure(r, e, label, log) -> bool:
+    """The exception ``e`` of the run described by ``r``, written into it and logged; True when
+    it was a CUDA fault, after which nothing more can run in this process."""
+    r["status"] = "error"
+    r["error"] = f"{type(e).__name__}: {e}"
+    r["traceback"] = traceback.format_exc()[-3000:]
+    log(f"{label}: FAILED: {r['error']}")
+    return "CUDA" in str(e).upper()
+
+
 def median_ms(fn, torch, reps=25, flush=None):
     """Median time of ``fn`` in ms over ``reps`` calls, each after a write of ``flush`` (a 256 MiB
     buffer by default) that pushes the operands out of L2."""
@@ -423,11 +445,8 @@ def main():
                     os.remove(path)
                     log("raw trace too large to keep; removed")
         except Exception as e:  # noqa: BLE001 - report and go on (a CUDA fault ends the run below)
-            r["error"] = f"{type(e).__name__}: {e}"
-            r["traceback"] = traceback.format_exc()[-3000:]
             all_ok = False
-            log(f"{name}: FAILED: {r['error']}")
-            if not dry and "CUDA" in str(e).upper():
+            if record_failure(r, e, name, log) and not dry:
                 save_summary()
                 break
         save_summary()

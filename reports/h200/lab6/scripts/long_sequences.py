@@ -24,12 +24,11 @@ import os
 import statistics
 import sys
 import time
-import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from reference_timelines import REPO, check, gpu_problem, log, notebook_kernels  # noqa: E402
-from timeline_gpu_demo import median_ms, start_traced_run  # noqa: E402
+from timeline_gpu_demo import median_ms, record_failure, start_traced_run  # noqa: E402
 
 
 def main():
@@ -98,10 +97,7 @@ def main():
                         f"{r['ratio_flash']:.2f}x FLASH")
                 except Exception as e:  # noqa: BLE001 - record, go on
                     all_ok = False
-                    r["status"] = "error"
-                    r["error"] = f"{type(e).__name__}: {e}"
-                    r["traceback"] = traceback.format_exc()[-3000:]
-                    log(f"step {step} seq {S} causal={causal}: FAILED: {r['error']}")
+                    record_failure(r, e, f"step {step} seq {S} causal={causal}", log)
                 with open(path, "w") as f:
                     json.dump(summary, f, indent=1, default=str)
         if props is not None:

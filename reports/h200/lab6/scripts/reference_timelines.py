@@ -32,7 +32,6 @@ import math
 import os
 import sys
 import time
-import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.abspath(os.path.join(HERE, *[os.pardir] * 4))
@@ -53,7 +52,8 @@ def log(*a):
 
 sys.path.insert(0, os.path.join(REPO, "reports", "h200", "lab5", "scripts"))
 from hopper_gpu_check import load_notebook  # noqa: E402
-from timeline_gpu_demo import build_traced_pair, median_ms, start_traced_run  # noqa: E402
+from timeline_gpu_demo import (build_traced_pair, median_ms, record_failure, save_png,  # noqa: E402
+                               start_traced_run)
 
 
 def notebook_kernels():
@@ -211,25 +211,13 @@ def main():
                 meta = dict(r)
                 meta.update(shape=summary["shape"], device=summary["device"], roles=roles)
                 tl.events_to_json(kept, os.path.join(args.out, f"timeline_{key}.json"), **meta)
-                try:
-                    import matplotlib
-                    matplotlib.use("Agg")
-                    import matplotlib.pyplot as plt
-                    fig = tl.draw(kept, path=os.path.join(args.out, f"timeline_{key}.png"), min_width_us=0.004,
-                                  title=f"hopper_attn_step{step}{' causal' if causal else ''}, B={B}, {S}x{S}, "
-                                        f"{HQ}/{HKV} heads, {summary['device']}: CTAs "
-                                        f"{', '.join(map(str, args.ctas))}")
-                    plt.close(fig)
-                except ImportError as e:
-                    log("no matplotlib, no PNG:", e)
+                save_png(kept, os.path.join(args.out, f"timeline_{key}.png"),
+                         f"hopper_attn_step{step}{' causal' if causal else ''}, B={B}, {S}x{S}, {HQ}/{HKV} heads, "
+                         f"{summary['device']}: CTAs {', '.join(map(str, args.ctas))}", log)
                 r["status"] = "done" if ok else "WRONG"
             except Exception as e:  # noqa: BLE001 - report, go on (a CUDA fault ends the run)
-                r["status"] = "error"
-                r["error"] = f"{type(e).__name__}: {e}"
-                r["traceback"] = traceback.format_exc()[-3000:]
                 all_ok = False
-                log(f"{key}: FAILED: {r['error']}")
-                if not dry and "CUDA" in str(e).upper():
+                if record_failure(r, e, key, log) and not dry:
                     fault = True
                     break
             save()
