@@ -90,27 +90,16 @@ class Artifacts:
     ptxas_log: str = ""     # ptxas -v: registers, shared memory, spills, warnings
 
 
-INCLUDE = re.compile(r"^\s*#\s*include\s*(.*)$", re.M)
-SAFE_INCLUDE = re.compile(r"^<(?!.*\.\.)[\w][\w/.+-]*>$")
-
-
-def check_source(src: str) -> None:
-    """CUDA source compiled in a grader process may include only toolkit headers by name."""
-    for m in INCLUDE.finditer(src):
-        target_ = m.group(1).strip()
-        if not SAFE_INCLUDE.match(target_):
-            raise BuildError(f"the kernel's CUDA source includes {target_!r}: only toolkit headers (<...>) are allowed")
-
-
 def lower(kernel, arch: str | None = None):
     """(callable kernel, CUDA source) for the GPU present, or for ``arch``.
 
-    ``kernel`` is a PrimFunc (a notebook's own check cells: compiled here) or a KernelRef (the
-    grader: the sandboxed child compiles and exports it, this side vets the library and loads it;
-    without a GPU only the source is returned, with None for the callable)."""
+    ``kernel`` is a PrimFunc (a notebook's own check cells: compiled here with ``tvm.compile``)
+    or a KernelRef (the grader: the jailed child lowers it and sends PTX and a launch plan; this
+    side assembles the PTX itself and launches the cubin through the CUDA driver,
+    grader/launch.py). Without a GPU of ``arch`` the callable is None."""
     from .remote import KernelRef
     if isinstance(kernel, KernelRef):
-        return load_library(kernel, arch)
+        return launch_submitted(kernel, arch)
     import tvm
     configure_toolchain()
     tgt = target(arch)
@@ -125,64 +114,73 @@ def device_arch() -> str:
     return f"sm_{major}{minor}" + ("a" if major >= 9 else "")
 
 
-def load_library(ref, arch: str | None = None):
-    from . import artifact
+def _submitted_code(ref, arch: str) -> dict:
+    from . import launch
+    from .remote import BuildFailed
+    try:
+        code = ref.device_code(arch)
+    except BuildFailed as e:
+        raise BuildError(str(e)) from None
+    try:
+        launch.validate(code["plan"])
+        launch.check_against_ptx(code["plan"], code["ptx"])
+    except launch.PlanRejected as e:
+        raise BuildError(f"{ref.builder}{ref.args} for {arch}: the grader cannot launch this kernel: {e}") from None
+    return code
+
+
+def assembled(ptx: str, arch: str) -> tuple[bytes, str]:
+    """(cubin, ptxas log) of PTX the grader assembles itself (in a tool jail), kept per process."""
+    import hashlib
+    from . import launch
+    key = (hashlib.sha256(ptx.encode()).hexdigest(), arch)
+    if key not in _ASSEMBLED:
+        try:
+            _ASSEMBLED[key] = launch.assemble(ptx, arch)
+        except launch.AssemblyFailed as e:
+            raise BuildError(str(e)) from None
+    return _ASSEMBLED[key]
+
+
+_ASSEMBLED: dict[tuple, tuple[bytes, str]] = {}
+
+
+def launch_submitted(ref, arch: str | None = None):
+    """A submitted kernel ready to run on this GPU: the grader's own cubin of the child's PTX,
+    launched by launch.Kernel from the validated plan. Without a GPU of ``arch``: (None, source)."""
     import torch
     gpu = torch.cuda.is_available()
     arch = arch or (device_arch() if gpu else "sm_90a")
-    path = ref.library(arch)
-    if path in _LOADED:                  # vetted and loaded already in this process
-        return _LOADED[path]
-    try:
-        kind, code = artifact.device_code(path)
-    except artifact.Rejected as e:
-        raise BuildError(str(e)) from None
-    if kind == "cuda":
-        check_source(code)
+    code = _submitted_code(ref, arch)
     if not gpu or arch != device_arch():
-        return None, code if kind == "cuda" else ""
-    import tvm
-    import tvm_ffi
-    try:
-        artifact.vet(path, set(tvm_ffi.registry.list_global_func_names()))
-    except artifact.Rejected as e:
-        raise BuildError(f"kernel library rejected: {e}") from None
-    lib = tvm.runtime.load_module(path)
-    _LOADED[path] = (lib["main"], code if kind == "cuda" else _inspect(lib))
-    return _LOADED[path]
+        return None, code["cuda_source"]
+    from . import launch
+    cubin, _ = assembled(code["ptx"], arch)
+    key = (cubin, arch)
+    if key not in _LOADED:
+        try:
+            _LOADED[key] = launch.Kernel(code["plan"], cubin, code["ptx"])
+        except (launch.PlanRejected, launch.LaunchError) as e:
+            raise BuildError(f"{ref.builder}{ref.args}: {e}") from None
+    return _LOADED[key], code["cuda_source"]
 
 
-_LOADED: dict[str, tuple] = {}
-
-
-def _inspect(lib) -> str:
-    try:
-        return lib.imports[0].inspect_source()
-    except Exception:  # noqa: BLE001 - the source is for reading only
-        return ""
+_LOADED: dict[tuple, object] = {}
 
 
 def compile_only(kernel, arch: str, want_sass: bool = False) -> Artifacts:
-    """CUDA source, PTX and cubin for ``arch`` without a GPU. Raises BuildError with the
-    compiler's message (e.g. a tcgen05 instruction built for sm_90a). For a KernelRef the source
-    is read out of the library the child exported, and compiled here."""
-    from .remote import BuildFailed, KernelRef
+    """CUDA source, PTX, cubin (and SASS) for ``arch`` without a GPU. Raises BuildError with the
+    compiler's message (e.g. a tcgen05 instruction built for sm_90a). For a KernelRef the PTX
+    comes from the jailed child and the cubin is the grader's own assembly of it: the code a
+    mechanism check reads is the code the harness would launch."""
+    from .remote import KernelRef
     if isinstance(kernel, KernelRef):
-        from . import artifact
-        try:
-            kind, code = artifact.device_code(kernel.library(arch))
-        except (BuildFailed, artifact.Rejected) as e:
-            raise BuildError(str(e)) from None
-        if kind == "cuda":
-            check_source(code)
-            return compile_source(code, arch, want_sass)
-        if kind == "ptx":
-            art = Artifacts(arch, "", code)
-            art.cubin, art.ptxas_log = assemble(code, arch, "", target(arch))
-        else:
-            art = Artifacts(arch, "", "", cubin=code)
+        code = _submitted_code(kernel, arch)
+        art = Artifacts(arch, code["cuda_source"], code["ptx"])
+        art.cubin, art.ptxas_log = assembled(code["ptx"], arch)
         if want_sass:
-            art.sass = disassemble(art.cubin)
+            from . import launch
+            art.sass = launch.disassemble(art.cubin)
         return art
     try:
         _, src = lower(kernel, arch)
@@ -204,16 +202,21 @@ def compile_source(src: str, arch: str, want_sass: bool = False) -> Artifacts:
     return dataclasses.replace(_COMPILED[key])
 
 
-def _compile_source(src: str, arch: str, want_sass: bool) -> Artifacts:
+def nvrtc_ptx(src: str, arch: str) -> str:
+    """CUDA source to PTX text with NVRTC (BuildError with NVRTC's log)."""
     from tvm.support import nvcc
     configure_toolchain()
-    tgt = target(arch)
     try:
-        with tgt:
+        with target(arch):
             ptx = bytes(nvcc.compile_cuda(src, "ptx", arch=arch, compiler="nvrtc", options=nvrtc_options()))
     except Exception as e:  # noqa: BLE001
         raise BuildError(f"NVRTC compilation for {arch} failed: {e}") from e
-    ptx_text = ptx.decode(errors="replace").rstrip("\x00")
+    return ptx.decode(errors="replace").rstrip("\x00")
+
+
+def _compile_source(src: str, arch: str, want_sass: bool) -> Artifacts:
+    tgt = target(arch)
+    ptx_text = nvrtc_ptx(src, arch)
     art = Artifacts(arch, src, ptx_text)
     art.cubin, art.ptxas_log = assemble(ptx_text, arch, src, tgt)
     if want_sass:

@@ -7,8 +7,9 @@ raises is reported and the next cells still run), then answers requests on the s
 
 - ``call``: call a function of the submission with plain JSON arguments; the answer is plain
   JSON. A kernel builder's PrimFunc stays here and is answered with a handle.
-- ``export``: compile a handled kernel for an arch and export it as a shared library into the
-  scratch folder (the grader vets and loads it, or reads its device code, on its side).
+- ``export``: lower a handled kernel for an arch and write its PTX and launch plan into the
+  scratch folder (grader/devcode.py); the grader validates them, assembles the PTX itself and
+  never loads host code made here.
 - ``plot``: call a plotting function with a fresh path and describe the figure it drew.
 
 Nothing here is trusted by the grader: this process holds no seed, no expected value, no timer
@@ -94,6 +95,24 @@ def _run_cells(path: str, namespace: dict) -> list[str]:
     return errors
 
 
+def _is_todo(e: BaseException) -> bool:
+    return isinstance(e, NotImplementedError) or "is not implemented yet" in str(e)
+
+
+def build_message(e: BaseException, keep: int = 40) -> str:
+    """A TIRx/TVM build error as the student needs it: TVM's own diagnostic (the kernel's lines,
+    the caret, the error) without the C++ and Python stacks that follow or precede it."""
+    text = str(e)
+    lines = [ln for ln in text.splitlines()
+             if not ln.lstrip().startswith(("File \"", "at ", "Traceback", "  File"))
+             and not ln.strip().startswith(("0:", "1:", "2:", "3:", "4:", "5:", "6:", "7:", "8:", "9:"))]
+    out = "\n".join(lines).strip() or f"{type(e).__name__}"
+    lines = out.splitlines()
+    if len(lines) > keep:
+        out = "\n".join(lines[:keep // 2] + [f"[... {len(lines) - keep} lines ...]"] + lines[-keep // 2:])
+    return out
+
+
 class Child:
     def __init__(self, sock: socket.socket, module_path: str):
         self.sock = sock
@@ -141,19 +160,18 @@ class Child:
                     "strings, lists, tuples or dicts", "todo": False}
 
     def op_export(self, req):
-        import tvm
-        from . import build
-        if (req["kernel"], req["arch"]) in self.exported:
-            return {"path": self.exported[req["kernel"], req["arch"]]}
-        func = self.kernels[int(req["kernel"])]
-        build.configure_toolchain()
-        tgt = build.target(req["arch"])
-        with tgt:
-            ex = tvm.compile(tvm.IRModule({"main": func}), target=tgt, tir_pipeline="tirx")
-        out = os.path.join(os.getcwd(), f"kernel{int(req['kernel'])}_{req['arch']}.so")
-        ex.export_library(out)
-        self.exported[req["kernel"], req["arch"]] = os.path.basename(out)
-        return {"path": os.path.basename(out)}
+        from . import devcode
+        key = (int(req["kernel"]), str(req["arch"]))
+        if key not in self.exported:
+            stem = f"kernel{key[0]}_{''.join(c for c in key[1] if c.isalnum())}"
+            try:
+                files = devcode.export(self.kernels[key[0]], key[1], os.path.join(os.getcwd(), stem))
+            except devcode.HostCodeRefused as e:
+                return {"error": "HostCodeRefused", "message": str(e), "todo": False}
+            except Exception as e:  # noqa: BLE001 - a TIRx or NVRTC error is the student's message
+                return {"error": type(e).__name__, "message": build_message(e), "todo": _is_todo(e)}
+            self.exported[key] = {k: os.path.basename(v) for k, v in files.items()}
+        return {"files": self.exported[key]}
 
     def op_plot(self, req):
         path = os.path.join(os.getcwd(), "figure.png")

@@ -31,6 +31,12 @@ def cmd_check(args) -> int:
     print(f"Submission: {args.submission or 'reference solutions (solutions/)'}; inputs {inputs.seed_label(seed)}")
     outputs = [os.path.dirname(os.path.abspath(p)) for p in (args.json, args.gradescope) if p]
     outputs += [os.path.abspath(p) for p in (args.hide or [])]
+    try:
+        level = sandbox.require_isolation(args.unsafe_no_sandbox)
+    except sandbox.IsolationUnavailable as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 3
+    print(f"Student code runs in: {level}")
     results, notes = [], []
     if len(labs) > 1 and args.jobs > 1:
         results, notes = _check_labs_in_parallel(labs, args, seed)
@@ -39,7 +45,7 @@ def cmd_check(args) -> int:
         try:
             results += run.check_lab(lab, args.submission, seed, device, parts=args.part,
                                      public_only=args.public, notes=notes, hide=outputs,
-                                     workers=args.workers)
+                                     workers=args.workers, unsafe=args.unsafe_no_sandbox)
         except KeyError as e:
             print(f"error: {e.args[0]}", file=sys.stderr)
             return 2
@@ -80,11 +86,12 @@ def _check_labs_in_parallel(labs: list[str], args, seed: int):
                 lab = pending.pop(0)
                 out = os.path.join(tmp, f"{lab}.json")
                 r, w = os.pipe()
-                os.write(w, str(seed).encode())
+                os.write(w, inputs.handover(seed))
                 os.close(w)
                 env = {k: v for k, v in os.environ.items() if k != "GRADER_SECRET_SEED"}
                 env["GRADER_SEED_FD"] = str(r)
-                cmd = [sys.executable, "-m", "grader", "check", lab, "--json", out, "--jobs", "1"]
+                cmd = sandbox.trusted_command("cli", "check", lab, "--json", out, "--jobs", "1")
+                cmd += ["--unsafe-no-sandbox"] if args.unsafe_no_sandbox else []
                 cmd += [a for p in (args.part or []) for a in ("--part", p)] + (["--public"] if args.public else [])
                 cmd += [a for h in (args.hide or []) for a in ("--hide", h)]
                 cmd += ["--workers", str(args.workers or run.default_workers(min(args.jobs, len(labs))))]
@@ -136,25 +143,32 @@ def cmd_generate(args) -> int:
 
 def cmd_compile(args) -> int:
     """Compile a lab's kernels for every arch its build parts name, without a GPU, and write
-    the CUDA source, PTX, cubin and SASS for reading."""
+    the CUDA source, PTX, cubin and SASS for reading. The notebook's cells run in the jail, as
+    when grading (a notebook is someone's code, whoever runs this command)."""
+    import shutil
     import tempfile
 
-    import importlib.util
-    import shutil
-
-    from . import build, inspect, submission
+    from . import build, inspect, remote, submission
     from .labs import common
     lab_spec = spec.load(args.lab)
-    nb = submission.find_notebook(args.submission or os.path.join(run.SOLUTIONS_DIR, args.lab), lab_spec.notebook)
-    tmp = tempfile.mkdtemp(prefix="grader-compile-")
     try:
-        # Your own notebook, in this process, for reading its generated code: nothing is graded here.
-        mod_spec = importlib.util.spec_from_file_location("submission", submission.write_module(nb, tmp).path)
-        module = importlib.util.module_from_spec(mod_spec)
-        sys.modules["submission"] = module
-        mod_spec.loader.exec_module(module)
-        return _compile_all(args, lab_spec, module, build, inspect, common)
+        sandbox.require_isolation(args.unsafe_no_sandbox)
+        nb = submission.find_notebook(args.submission or os.path.join(run.SOLUTIONS_DIR, args.lab), lab_spec.notebook)
+    except (sandbox.IsolationUnavailable, submission.SubmissionError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 3
+    tmp = tempfile.mkdtemp(prefix="grader-compile-")
+    session = None
+    try:
+        mod = submission.write_module(nb, tmp)
+        for p in mod.problems:
+            print(f"note: {p}")
+        session = sandbox.ChildSession(mod.path, unsafe=args.unsafe_no_sandbox)
+        backend = remote.ChildBackend(session, mod.relocate)
+        return _compile_all(args, lab_spec, remote.RemoteSubmission(backend), build, inspect, common)
     finally:
+        if session is not None:
+            session.close()
         shutil.rmtree(tmp, ignore_errors=True)
 
 
@@ -166,8 +180,10 @@ def _compile_all(args, lab_spec, module, build, inspect, common) -> int:
     for part, name, arch in jobs:
         stem = os.path.join(args.out, f"{name}.{arch}")
         try:
-            art = build.compile_only(getattr(module, name)(**common.builder_args(part.params)), arch,
-                                     want_sass=True)
+            kw = common.builder_args(part.params)
+            if kw.get("num_sms") == "arch":
+                kw["num_sms"] = hardware.SPECS[hardware.TRACK_DEFAULT[arch]].sm_count
+            art = build.compile_only(getattr(module, name)(**kw), arch, want_sass=True)
         except Exception as e:  # noqa: BLE001 - report and go on with the next kernel
             print(f"{name} for {arch}: FAILED: {str(e).splitlines()[0]}")
             status = 1
@@ -177,7 +193,7 @@ def _compile_all(args, lab_spec, module, build, inspect, common) -> int:
                 f.write(data)
         with open(f"{stem}.cubin", "wb") as f:
             f.write(art.cubin)
-        checks = inspect.check_all(part.mechanisms, {"sass": art.sass})
+        checks = inspect.check_all(part.mechanisms, {"sass": art.sass, "ptx": art.ptx})
         print(f"{name} for {arch}: {stem}.{{cu,ptx,cubin,sass}}" + "".join(f"\n    {c.message}" for c in checks))
     return status
 
@@ -198,6 +214,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="a folder the submission's code must not see (other students' work; repeatable)")
     c.add_argument("--jobs", type=int, default=min(4, os.cpu_count() or 1),
                    help="labs graded at once when grading several (GPU parts still take turns)")
+    c.add_argument("--unsafe-no-sandbox", action="store_true",
+                   help="grade where the jail cannot be made (no user/mount namespaces): the students' code then "
+                        "runs unisolated, and every part's report says so. Never for real grades")
     c.add_argument("--workers", type=int, default=None,
                    help="sandboxed children per lab for its untimed parts and kernel builds (default: one "
                         "per two cores, at most eight; one per four cores, at most four, per lab when "
@@ -211,6 +230,7 @@ def main(argv: list[str] | None = None) -> int:
     k.add_argument("lab")
     k.add_argument("--submission", help="a notebook (default: the reference solution)")
     k.add_argument("--out", default="build/kernels", help="output folder (default: build/kernels)")
+    k.add_argument("--unsafe-no-sandbox", action="store_true", help="run the notebook without the jail")
     k.set_defaults(func=cmd_compile)
     from . import release  # python -m grader release DIR: the student edition (grader/release.py)
     release.register(sub)

@@ -1,9 +1,10 @@
-"""The GPU harness: ``python -m grader.harness FD``, a trusted process started by the grader
-(grader/run.py) with the secret seed removed from its environment.
+"""The GPU harness: ``python -I``-started ``grader.harness.main([FD])`` (sandbox.trusted_command), a
+trusted process started by the grader (grader/run.py) with the secret seed removed from its
+environment.
 
-It runs the grading functions of GPU parts: makes the inputs and the float64 references, loads
-the vetted kernel libraries, runs them, compares, and times them with its own CUDA events. No
-submission code runs here: calls to the submission (a kernel builder) go through the grading
+It runs the grading functions of GPU parts: makes the inputs and the float64 references, turns
+each kernel's PTX and launch plan into a cubin it assembled and launches itself (grader/launch.py),
+compares, and times with its own CUDA events. No submission code runs here, host code included: calls to the submission (a kernel builder) go through the grading
 process to the sandboxed child (remote.BrokerBackend), and before a kernel is timed the child
 and everything it started are stopped.
 
@@ -33,6 +34,7 @@ def grade(job: dict, backend: BrokerBackend, device) -> report.PartResult:
 
 def main(argv: list[str]) -> int:
     sandbox.protect_grader()
+    sandbox.require_isolation("--unsafe-no-sandbox" in argv[1:])
     sock = socket.socket(fileno=int(argv[0]))
     backend = BrokerBackend(sock)
     device = hardware.detect()

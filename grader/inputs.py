@@ -5,10 +5,17 @@ shape and a seed. The public seed is fixed so that a student sees the same input
 the grader's public run; an instructor sets ``GRADER_SECRET_SEED`` so that hidden runs
 use inputs (and hidden cases) nobody saw before. The grader reads the secret once and
 removes it from the environment before any submission code runs.
+
+The secret may be any string. What the generators see is never that string: it is a 256-bit
+keyed hash of it (HMAC-SHA256) under a course key that lives on the grading machine
+(:func:`seed_key`), so a short secret (a small number, a word) cannot be found by trying
+candidates against a hidden case a student saw: without the key every candidate is as good as
+any other.
 """
 from __future__ import annotations
 
 import hashlib
+import hmac
 import os
 import random
 from typing import Sequence
@@ -18,6 +25,8 @@ import torch
 PUBLIC_SEED = 20260101
 _SECRET_ENV = "GRADER_SECRET_SEED"
 _SEED_FD_ENV = "GRADER_SEED_FD"
+_KEY_ENV = "GRADER_SEED_KEY_FILE"
+_DERIVED = "derived:"          # a seed handed on already derived (one grading process to another)
 _secret: int | None = None
 _secret_read = False
 
@@ -33,9 +42,53 @@ def secret_seed() -> int | None:
         if fd is not None:
             with os.fdopen(int(fd), "rb") as f:
                 raw = f.read().decode() or None
-        _secret = int(raw) if raw not in (None, "") else None
+        if raw in (None, ""):
+            _secret = None
+        elif raw.startswith(_DERIVED):
+            _secret = int(raw[len(_DERIVED):])
+        else:
+            _secret = derive_secret(raw)
         _secret_read = True
     return _secret
+
+
+def seed_key_path() -> str:
+    return os.environ.get(_KEY_ENV) or os.path.join(os.path.expanduser("~"), ".config", "modern-gpu-kernels",
+                                                    "seed.key")
+
+
+def seed_key() -> bytes:
+    """The course key of the secret seed: 32 random bytes in a file only its owner may read,
+    made on first use (``GRADER_SEED_KEY_FILE`` or ``~/.config/modern-gpu-kernels/seed.key``).
+    Grading the same class on several machines (Slurm) needs the same key file on each: a shared
+    home folder, or the variable pointing at a copy."""
+    path = seed_key_path()
+    try:
+        with open(path, "rb") as f:
+            key = f.read()
+    except FileNotFoundError:
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        key = os.urandom(32)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:             # another grader made it meanwhile
+            with open(path, "rb") as f:
+                return f.read()
+        with os.fdopen(fd, "wb") as f:
+            f.write(key)
+    if len(key) < 16:
+        raise ValueError(f"{path} holds fewer than 16 bytes: delete it to make a new course key")
+    return key
+
+
+def derive_secret(raw: str) -> int:
+    """The run seed of a secret string: HMAC-SHA256 under the course key, as a 256-bit integer."""
+    return int.from_bytes(hmac.new(seed_key(), raw.encode("utf-8"), hashlib.sha256).digest(), "big")
+
+
+def handover(seed: int) -> bytes:
+    """What one grading process writes into the seed pipe of another (the seed, derived)."""
+    return (_DERIVED + str(seed)).encode()
 
 
 def run_seed() -> int:
@@ -95,12 +148,12 @@ def restart_without_secret(argv: list[str]) -> None:
     raw = os.environ.get(_SECRET_ENV)
     if raw in (None, ""):
         return
-    int(raw)  # a malformed seed is an error here, before anything runs
     r, w = os.pipe()
-    os.write(w, raw.encode())
+    os.write(w, handover(derive_secret(raw)))
     os.close(w)
     os.set_inheritable(r, True)
     env = {k: v for k, v in os.environ.items() if k != _SECRET_ENV}
     env[_SEED_FD_ENV] = str(r)
-    import sys
-    os.execve(sys.executable, [sys.executable, "-m", "grader", *argv], env)
+    from . import sandbox
+    cmd = sandbox.trusted_command("cli", *argv)
+    os.execve(cmd[0], cmd, env)

@@ -60,7 +60,7 @@ class Builds:
         self._busy: dict[tuple, threading.Lock] = {}
         self.ids: dict[str, int] = {}                   # call key -> kernel id
         self.calls: dict[int, dict] = {}                # kernel id -> the call that built it
-        self.paths: dict[tuple[int, str], str] = {}     # (kernel id, arch) -> library (grader's copy)
+        self.code: dict[tuple[int, str], dict] = {}     # (kernel id, arch) -> device code (plan, PTX, source)
         self.failed: dict[Any, dict] = {}               # call key or (kernel id, arch) -> error reply
         self.broken: dict[str, str] = {}                # call key -> why the child failed on it
 
@@ -83,10 +83,9 @@ class Builds:
 class ChildBackend:
     """Requests to a sandboxed child, with the time left of the current part."""
 
-    def __init__(self, session: ChildSession, trusted_dir: str, relocate=lambda s: s,
+    def __init__(self, session: ChildSession, relocate=lambda s: s,
                  import_timeout: float = 180.0, builds: Builds | None = None):
         self.session = session
-        self.trusted_dir = trusted_dir
         self.relocate = relocate
         self.import_timeout = import_timeout
         self.deadline = float("inf")
@@ -153,10 +152,12 @@ class ChildBackend:
         return self._request({"op": "plot", "name": name, "args": args})
 
     def export(self, kernel: int, arch: str) -> dict:
+        """The kernel's device code for ``arch``: {"code": {"plan", "ptx", "cuda_source", "arch"}},
+        read from the files the child wrote (bounded, parsed as data), or its error reply."""
         what, b = (kernel, arch), self.builds
         with b.busy(("export",) + what):
-            if what in b.paths:
-                return {"path": b.paths[what]}
+            if what in b.code:
+                return {"code": b.code[what]}
             if what in b.failed:
                 return dict(b.failed[what])
             gen, handle = self.handles.get(kernel, (None, 0))
@@ -169,9 +170,9 @@ class ChildBackend:
                 handle = int(reply["kernel"])
                 self.handles[kernel] = (self.generation, handle)
             reply = self._request({"op": "export", "kernel": handle, "arch": arch})
-            if "path" in reply:
-                b.paths[what] = self.session.fetch(str(reply["path"]), self.trusted_dir)
-                return {"path": b.paths[what]}
+            if "files" in reply:
+                b.code[what] = read_device_code(self.session, reply["files"], arch)
+                return {"code": b.code[what]}
             if "error" in reply:
                 b.failed[what] = dict(reply)
             return reply
@@ -179,6 +180,23 @@ class ChildBackend:
     def end(self) -> None:
         """Stop the child and everything it started (before the grader times a kernel)."""
         self.session.close()
+
+
+MAX_PTX = 64 << 20
+
+
+def read_device_code(session: ChildSession, files, arch: str) -> dict:
+    """The plan and PTX the child wrote, read as bounded data; anything odd is a SandboxFailure."""
+    if not isinstance(files, dict) or not all(isinstance(files.get(k), str) for k in ("json", "ptx")):
+        raise SandboxFailure("your process described its kernel files in the wrong shape")
+    try:
+        meta = json.loads(session.read(files["json"], MAX_PTX).decode("utf-8"))
+        ptx = session.read(files["ptx"], MAX_PTX).decode("utf-8")
+    except (UnicodeDecodeError, ValueError) as e:
+        raise SandboxFailure(f"your kernel's files are not what the grader asked for ({e})") from None
+    if not isinstance(meta, dict) or meta.get("arch") != arch or not isinstance(meta.get("cuda_source"), str):
+        raise SandboxFailure("your kernel's files are for another arch or incomplete")
+    return {"plan": meta.get("plan"), "ptx": ptx, "cuda_source": meta["cuda_source"], "arch": arch}
 
 
 class BrokerBackend:
@@ -228,23 +246,23 @@ def serve_broker_request(backend: ChildBackend, msg: dict) -> dict:
 @dataclasses.dataclass
 class KernelRef:
     """A kernel the submission built, still inside the child: build.lower / compile_only ask the
-    child to compile and export it for an arch, then vet and use the library on this side."""
+    child to lower it for an arch and take its PTX and launch plan (grader/devcode.py) as data."""
     backend: Any
     kernel: int
     builder: str
     args: tuple
 
-    def library(self, arch: str) -> str:
+    def device_code(self, arch: str) -> dict:
         reply = self.backend.export(self.kernel, arch)
         if "error" in reply:
             if reply.get("todo"):
                 raise NotImplementedError(str(reply.get("message", "")).splitlines()[0])
             raise BuildFailed(f"{self.builder}{self.args} for {arch}: {reply.get('error')}: "
                               f"{str(reply.get('message', ''))[:3000]}")
-        path = reply.get("path")
-        if not isinstance(path, str) or not os.path.isfile(path):
-            raise SandboxFailure("the library of the kernel was not delivered")
-        return path
+        code = reply.get("code")
+        if not isinstance(code, dict) or not isinstance(code.get("ptx"), str):
+            raise SandboxFailure("the kernel's device code was not delivered")
+        return code
 
 
 class Table2D:

@@ -39,7 +39,7 @@ from .context import Context
 SOLUTIONS_DIR = os.path.join(sandbox.REPO_ROOT, "solutions")
 PERF_TRIALS = 3
 MAX_WORKERS = 8
-GPU_LOCK = "/tmp/grader-gpu-{}.lock"  # one per GPU (its UUID); only the grader's own user may open it
+GPU_LOCK = "gpu-{}.lock"              # one per GPU (its UUID), in the grader's private folder
 SECRET_ENV = "GRADER_SECRET_SEED"
 
 
@@ -74,10 +74,11 @@ class Harness:
     """The GPU harness process, started on first use (or ahead, :meth:`prestart`) and again after
     a hang or a crash."""
 
-    def __init__(self) -> None:
+    def __init__(self, unsafe: bool = False) -> None:
         self.proc: subprocess.Popen | None = None
         self.sock: socket.socket | None = None
         self._starting: threading.Thread | None = None
+        self.unsafe = unsafe
 
     def prestart(self) -> None:
         """Start the process in the background (importing torch and making a CUDA context take
@@ -100,10 +101,10 @@ class Harness:
         self._close_process()
         mine, theirs = socket.socketpair()
         env = {k: v for k, v in os.environ.items() if k != SECRET_ENV}
-        env["PYTHONPATH"] = sandbox.REPO_ROOT + os.pathsep + env.get("PYTHONPATH", "")
-        self.proc = subprocess.Popen([sys.executable, "-m", "grader.harness", str(theirs.fileno())],
-                                     pass_fds=(theirs.fileno(),), env=env, cwd=tempfile.gettempdir(),
-                                     stdin=subprocess.DEVNULL, start_new_session=True)
+        # Isolated: python -I with the grader's own module path, in its private folder.
+        args = [str(theirs.fileno())] + (["--unsafe-no-sandbox"] if self.unsafe else [])
+        self.proc = subprocess.Popen(sandbox.trusted_command("harness", *args), pass_fds=(theirs.fileno(),), env=env,
+                                     cwd=sandbox.private_dir(), stdin=subprocess.DEVNULL, start_new_session=True)
         sandbox.register_child(self.proc.pid)
         theirs.close()
         self.sock = mine
@@ -126,12 +127,8 @@ class Harness:
         timed parts: parts graded by other grader processes (several labs at once, a batch) may
         run beside a correctness check but never beside a timed kernel."""
         import fcntl
-        path = GPU_LOCK.format("".join(c for c in gpu_id if c.isalnum() or c == "-") or "0")
-        fd = os.open(path, os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW, 0o600)
-        if os.fstat(fd).st_uid != os.geteuid():      # made by someone else (a child, in /tmp): replace it
-            os.close(fd)
-            os.unlink(path)
-            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR | os.O_NOFOLLOW, 0o600)
+        name = GPU_LOCK.format("".join(c for c in gpu_id if c.isalnum() or c == "-") or "0")
+        fd = os.open(os.path.join(sandbox.private_dir(), name), os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX if part.thresholds else fcntl.LOCK_SH)
             return self._grade(job, backend, part)
@@ -199,9 +196,9 @@ class _Harnesses:
     the backend of the part's worker). With ``prestart`` they start at once, in the background,
     while the children build kernels."""
 
-    def __init__(self, n: int, prestart: bool) -> None:
+    def __init__(self, n: int, prestart: bool, unsafe: bool = False) -> None:
         import queue
-        self.all = [Harness() for _ in range(n)]
+        self.all = [Harness(unsafe) for _ in range(n)]
         self._free: queue.Queue = queue.Queue()
         for h in self.all:
             if prestart:
@@ -236,11 +233,10 @@ class _Harnesses:
 class _Worker:
     """One sandboxed child: it runs the notebook's cells."""
 
-    def __init__(self, module_path: str, hidden: list[str], cpu_s: int, trusted: str, relocate,
-                 import_timeout: float, builds: remote.Builds) -> None:
-        self.session = sandbox.ChildSession(module_path, hide=hidden, limits=sandbox.Limits(cpu_s=cpu_s))
-        self.backend = remote.ChildBackend(self.session, trusted, relocate, import_timeout=import_timeout,
-                                           builds=builds)
+    def __init__(self, module_path: str, cpu_s: int, relocate, import_timeout: float, builds: remote.Builds,
+                 unsafe: bool, hide: list[str]) -> None:
+        self.session = sandbox.ChildSession(module_path, limits=sandbox.Limits(cpu_s=cpu_s), unsafe=unsafe, hide=hide)
+        self.backend = remote.ChildBackend(self.session, relocate, import_timeout=import_timeout, builds=builds)
 
     def close(self) -> None:
         self.session.close()
@@ -317,16 +313,19 @@ def check_lab(lab: str, submission_path: str | None, seed: int, device: hardware
               parts: list[str] | None = None, public_only: bool = False,
               progress: Callable[[str], None] = report.print_progress,
               notes: list[str] | None = None, hide: list[str] | None = None,
-              workers: int | None = None) -> list[report.PartResult]:
+              workers: int | None = None, unsafe: bool = False) -> list[report.PartResult]:
     """Grade ``parts`` (default: all) of ``lab`` for the notebook at ``submission_path`` (or the
     reference solution). Always returns one PartResult per selected part. ``notes`` receives
-    advice and per-cell problems; ``hide`` lists folders the children must not see.
+    advice and per-cell problems; ``hide`` lists folders covered in the child's view should they
+    lie inside an allowed folder (other students' work, the report's folder). Raises sandbox.IsolationUnavailable when the children cannot be
+    jailed here, unless ``unsafe`` (``--unsafe-no-sandbox``: every part's report says so).
 
     Untimed parts (CPU and GPU correctness) and the kernels of GPU parts (built ahead) are spread
     over ``workers`` children (default :func:`default_workers`), each running the cells once;
     timed parts come last, one at a time, after the other children are stopped. A GPU part that timed out while other parts ran
     beside it is graded again alone before its verdict is final."""
     lab_spec = spec.load(lab)
+    sandbox.require_isolation(unsafe)
     if parts:
         unknown = set(parts) - {p.id for p in lab_spec.parts}
         if unknown:
@@ -344,18 +343,13 @@ def check_lab(lab: str, submission_path: str | None, seed: int, device: hardware
             return [report.PartResult(lab, p.id, p.title, 0.0, p.points, report.ERROR, str(e), p.needs_gpu)
                     for p in selected]
         notes += module.problems + submission.advice(module)
-        folder = os.path.dirname(os.path.abspath(nb))
-        shared = {"/", tempfile.gettempdir(), os.path.expanduser("~"), sandbox.REPO_ROOT}
-        hidden = list(hide or []) + ([folder] if folder not in shared else [])
-        trusted = os.path.join(workdir, "libraries")
-        os.makedirs(trusted)
         cpu_s = int(sum(p.timeout_s for p in selected)) + 600
 
         builds = remote.Builds()
 
         def new_worker() -> _Worker:
-            w = _Worker(module.path, hidden, cpu_s, trusted, module.relocate,
-                        float(lab_spec.raw.get("import_timeout_s", 180)), builds)
+            w = _Worker(module.path, cpu_s, module.relocate, float(lab_spec.raw.get("import_timeout_s", 180)), builds,
+                        unsafe, list(hide or []) + [os.path.dirname(os.path.abspath(nb))])
             pool.append(w)
             return w
 
@@ -413,7 +407,8 @@ def check_lab(lab: str, submission_path: str | None, seed: int, device: hardware
         if ahead:
             progress(f"[{lab}] building {len(ahead)} kernels of the GPU parts ahead, in parallel")
         n = max(1, min(workers or default_workers(), len(queue)))
-        harnesses = _Harnesses(max(1, min(n, len(gpu_untimed))), prestart=device.present and bool(gpu_untimed or timed))
+        harnesses = _Harnesses(max(1, min(n, len(gpu_untimed))), prestart=device.present and bool(gpu_untimed or timed),
+                               unsafe=unsafe)
         _in_pool(n, queue, new_worker, grade_part)
         if n > 1 and device.present:
             for p in gpu_untimed:        # a hang beside other kernels may be theirs: grade it again alone

@@ -1,27 +1,48 @@
-"""The trust boundary: a submission's code runs only in a child process that holds nothing worth
-stealing, and the grader decides every score from what it computes itself.
+"""The trust boundary: no byte a student produced runs on the CPU in a process that holds a
+secret, an expected value, a timer, a lock or a result.
 
-A child (``python -m grader.child``, see grader/child.py) starts with
-- an empty environment (no secret seed, no paths of the grader's files),
-- a scratch folder as its working directory and the only place it can write,
-- resource limits: CPU time, memory, file size, open files, and (as its own user) processes,
-- where the grader runs as root (CI, GPU hosts): its own mount namespace in which the course's
-  solutions, reports and the grader's output folders are hidden under empty tmpfs mounts and
-  the home folder is replaced, and an unprivileged user id of its own, so it can neither read
-  the reference solutions nor write a report, signal or trace the grader;
-- stdout and stderr captured with a bound (the first and last 16 KB are kept).
-It talks to the grader only through a socket of length-prefixed JSON (grader/channel.py).
+The design, and why it holds:
 
-Every process the child starts is killed when the child's session ends: its process group,
-every process of its user id, and every orphan reparented to the grader (which makes itself a
-child subreaper), so nothing outlives a grading run.
+1. **Student code runs only in a jail** (grader/jail.py): new user, mount, network, IPC and PID
+   namespaces; a root file system built from an *allow-list*: the operating system's program and
+   library folders (``/usr``, ``/lib*``, a few files of ``/etc``), the Python installation and
+   its package folders, read-only; the child's side of the grader (``/course``: the modules
+   child, channel, build, devcode, timeline, copied there, nothing else of the course); its own
+   scratch folder (``/sandbox``), fresh ``/tmp`` and ``/dev/shm``, and ``/dev/null``-like nodes.
+   No GPU, no network, no view of other processes. The checkout, its ``.git``, the solutions,
+   other checkouts, gradebooks and home folders are not hidden: they were never put there. As
+   root the child also takes a user id of its own (no other process has it); as an ordinary user
+   the user namespace maps it to that user, with no capability left once it runs. Every process
+   it starts dies with it (PID 1 of its namespace), and the grader kills its process group and,
+   as root, every process of its user id.
+2. **The child answers with data only** (grader/channel.py): plain JSON for functions, and for a
+   kernel its PTX and a launch plan (grader/devcode.py), read by the grader with size limits and
+   validated field by field. No library, no pickle, no object of the child's crosses over.
+3. **The grader runs no host code of the child's.** The GPU harness (grader/harness.py) assembles
+   the PTX to a cubin in a tool jail (ptxas sees only that file), loads the cubin through the
+   CUDA driver (device code only) and launches it with launch data it validated and built
+   itself: grid, block, cluster, shared memory, arguments it takes from its own tensors, and TMA
+   descriptors it encodes itself after checking that each stays inside its tensor. Mechanism
+   checks read the SASS of that same cubin (disassembled in a tool jail), so what is inspected is
+   what would run. CUDA source is compiled to PTX by NVRTC inside the student's jail: an
+   ``#include`` there reads only what the jail holds.
+4. **Trusted processes start isolated**: ``python -I`` with the grader's own module path and a
+   private working folder (:func:`trusted_command`), so nothing planted in a working folder or in
+   ``/tmp`` is imported; locks live in a folder only the grader's user can write
+   (:func:`private_dir`).
+
+Without user and mount namespaces (a container that forbids them, a kernel without
+unprivileged user namespaces) none of this holds, and grading refuses to start
+(:class:`IsolationUnavailable`, with the fix) unless the instructor passes
+``--unsafe-no-sandbox``: then the child is an ordinary process with an empty environment and
+resource limits only, and every part's report says so (``measurements.sandbox``).
 """
 from __future__ import annotations
 
-import ctypes
 import dataclasses
+import functools
+import json
 import os
-import resource
 import shutil
 import signal
 import socket
@@ -34,23 +55,28 @@ import time
 from . import channel
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# Hidden from the child: reference notebooks and answers (grader/labs holds the reference answers
-# of the CPU exercises), recorded reports, and nbgrader's folders of other students' work.
-HIDDEN_IN_REPO = ("solutions", "grader/labs", "reports", "submitted", "autograded", "feedback", "release",
-                  "grader-results", "exchange")
+JAIL = os.path.join(REPO_ROOT, "grader", "jail.py")
+# The grader's modules the child needs (and a graded kernel may import: grader.timeline).
+CHILD_MODULES = ("channel.py", "child.py", "build.py", "devcode.py", "timeline.py")
+SCRATCH, COURSE = "/sandbox", "/course"
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/opt/conda")
+ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "nsswitch.conf", "passwd", "group", "localtime",
+             "hosts", "fonts", "alternatives", "matplotlibrc")
+CHILD_DEVICES = ("null", "zero", "full", "random", "urandom")
+UNSAFE = "NONE: --unsafe-no-sandbox (the child could read and write whatever the grader's user can)"
 
 HANG_HINT = ("likely a barrier wait that never completes (an mbarrier phase that never flips, "
              "or an expect_tx byte count that does not match the bytes the copies deliver)")
 
+import ctypes  # noqa: E402
+
 _libc = ctypes.CDLL(None, use_errno=True)
 PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER, PR_SET_PDEATHSIG = 4, 36, 1
-CLONE_NEWNS = 0x00020000
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 4096, 16384, 1 << 18
 OUTPUT_KEEP = 16 << 10
 
 
-class NamespaceUnavailable(OSError):
-    """This machine does not let the grader make a mount namespace (no CAP_SYS_ADMIN)."""
+class IsolationUnavailable(OSError):
+    """This machine does not let the grader make the namespaces the jail needs."""
 
 
 class SandboxFailure(Exception):
@@ -74,61 +100,262 @@ class Limits:
     processes: int = 256
 
 
-def _mount(src, dst, fstype, flags, data=None) -> None:
-    if _libc.mount(src and src.encode(), dst.encode(), fstype and fstype.encode(), flags,
-                   data and data.encode()) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"mount {src} on {dst}: {os.strerror(err)}")
+# ---------------------------------------------------------------- trusted places
+
+def private_dir() -> str:
+    """A folder only the grader's user can enter (locks, the child's course copy, jail roots).
+    One that exists with another owner or open permissions is refused, not used."""
+    path = os.path.join(tempfile.gettempdir(), f"grader-private-{os.geteuid()}")
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    st = os.lstat(path)
+    import stat as _stat
+    if not _stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
+        raise SandboxFailure(f"{path} exists but is not a private folder of this user: remove it and grade again")
+    return path
 
 
-def _blocked_ancestors(path: str) -> list[str]:
-    """Ancestors of ``path`` that others cannot enter (e.g. /root, a private temp folder)."""
-    out, p = [], os.path.dirname(os.path.abspath(path))
-    while p not in ("/", ""):
-        try:
-            if not os.stat(p).st_mode & 0o001:
-                out.append(p)
-        except OSError:
-            pass
-        p = os.path.dirname(p)
+def trusted_path() -> list[str]:
+    """Where trusted grader processes import from: the course, then the grader's own package
+    folders (absolute, existing; never the working folder)."""
+    out = [REPO_ROOT]
+    for p in sys.path:
+        if p and os.path.isabs(p) and os.path.isdir(p) and p not in out and p != os.getcwd():
+            out.append(p)
     return out
 
 
-def _needed_paths() -> list[str]:
-    paths = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(sys.executable)), REPO_ROOT)}
-    paths |= {os.path.realpath(p) for p in sys.path if p and os.path.isdir(p)}
-    return sorted(paths)
+def trusted_command(module: str, *args: str) -> list[str]:
+    """``python -I`` running ``grader.<module>.main(args)`` with :func:`trusted_path` only: neither
+    the working folder nor PYTHONPATH nor user site folders are searched for modules."""
+    code = (f"import sys; sys.path[:0] = {trusted_path()!r}; from grader.{module} import main; "
+            "sys.exit(main(sys.argv[1:]))")
+    return [sys.executable, "-I", "-c", code, *args]
 
 
-def isolation_plan(hide: list[str], extra: list[str] = ()) -> tuple[list[str], list[str]]:
-    """(folders to cover with an empty tmpfs, shortest first; needed folders to bind back).
-    Covered: the folders to hide, the home folder, and every folder on the way to a needed
-    path that others cannot enter (the child's own user could not pass it)."""
-    needed = sorted(set(_needed_paths()) | {os.path.realpath(p) for p in extra})
-    cover = {os.path.realpath(p) for p in hide if os.path.isdir(p)}
-    cover.add(os.path.realpath(os.path.expanduser("~")))
-    for n in needed:
-        cover.update(_blocked_ancestors(n + "/x"))
-    never = {"/", "/tmp", "/var/tmp", os.path.realpath(tempfile.gettempdir())}
-    cover = {c for c in cover if c not in never and c not in needed}
-    return sorted(cover, key=len), needed
+# ---------------------------------------------------------------- the allow-list
+
+def _is_inside(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
+def python_dirs() -> list[str]:
+    """The Python installation and its package folders (real paths), never a folder that holds
+    the course or lies inside it (a virtual environment inside the checkout is allowed)."""
+    prefixes = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix)}
+    dirs = set(prefixes) | {os.path.dirname(os.path.dirname(os.path.realpath(sys.executable)))}
+    dirs |= {os.path.realpath(p) for p in sys.path if p and os.path.isabs(p) and os.path.isdir(p)}
+    repo = os.path.realpath(REPO_ROOT)
+    keep = []
+    for d in sorted(dirs):
+        if _is_inside(repo, d):                       # the checkout or a folder above it
+            continue
+        if _is_inside(d, repo) and not any(_is_inside(d, p) and p != repo for p in prefixes):
+            continue                                  # inside the checkout, not a virtual environment
+        keep.append(d)
+    return keep
+
+
+def allow_list(extra_ro: list[tuple[str, str]] = ()) -> dict:
+    """The jail's read-only binds, symbolic links and course folders to cover."""
+    ro, links = [], []
+    for d in SYSTEM_DIRS:
+        if os.path.islink(d):
+            links.append([d, os.readlink(d)])
+        elif os.path.isdir(d):
+            ro.append([d, d])
+    for name in ETC_FILES:
+        p = os.path.join("/etc", name)
+        if os.path.exists(p):
+            ro.append([os.path.realpath(p), p])
+    for d in python_dirs():
+        if not any(_is_inside(d, s) for s, _ in ro):
+            ro.append([d, d])
+    cuda = os.environ.get("CUDA_PATH")
+    if cuda and os.path.isdir(cuda):
+        ro.append([os.path.realpath(cuda), os.path.realpath(cuda)])
+    ro += [list(x) for x in extra_ro]
+    repo = os.path.realpath(REPO_ROOT)
+    hide = [repo] if any(_is_inside(repo, s) for s, _ in ro) else []    # a checkout under /usr or /opt
+    return {"ro": ro, "symlinks": links, "hide": hide}
+
+
+@functools.lru_cache(maxsize=1)
+def course_copy() -> str:
+    """The child's ``/course``: the grader modules it needs, copied (readable by any user)."""
+    d = tempfile.mkdtemp(prefix="course-", dir=private_dir())
+    os.chmod(d, 0o755)
+    pkg = os.path.join(d, "grader")
+    os.mkdir(pkg, 0o755)
+    with open(os.path.join(pkg, "__init__.py"), "w") as f:
+        f.write('"""The child\'s side of the course grader."""\n')
+    for name in CHILD_MODULES:
+        shutil.copy(os.path.join(REPO_ROOT, "grader", name), os.path.join(pkg, name))
+    for root, dirs, files in os.walk(d):
+        for x in dirs + files:
+            os.chmod(os.path.join(root, x), 0o755 if x in dirs else 0o644)
+    return d
+
+
+def jail_config(scratch: str, argv: list[str], env: dict, uid: int, limits: Limits | None,
+                extra_ro: list[tuple[str, str]] = (), devices=CHILD_DEVICES, keep_fds=()) -> dict:
+    root = tempfile.mkdtemp(prefix="root-", dir=private_dir())
+    cfg = allow_list(extra_ro)
+    cfg.update({"root": root, "rw": [[scratch, SCRATCH]], "devices": list(devices), "argv": argv, "env": env,
+                "uid": uid, "gid": uid, "cwd": SCRATCH, "keep_fds": list(keep_fds)})
+    if limits is not None:
+        cfg["limits"] = {"cpu_s": limits.cpu_s, "file_bytes": limits.file_bytes, "open_files": limits.open_files,
+                         "memory_bytes": limits.memory_bytes, "core": 0}
+        if os.geteuid() == 0:
+            cfg["limits"]["processes"] = limits.processes
+    return cfg
+
+
+def jail_command(cfg: dict) -> list[str]:
+    return [sys.executable, "-I", "-S", JAIL, json.dumps(cfg)]
+
+
+def _preexec() -> None:
+    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+@functools.lru_cache(maxsize=1)
+def isolation_problem() -> str | None:
+    """None when the jail works here, else why not and how to fix it (tried once per process)."""
+    scratch = tempfile.mkdtemp(prefix="probe-", dir=private_dir())
+    uid, lock = claim_uid() if os.geteuid() == 0 else (os.geteuid(), None)
+    try:
+        if os.geteuid() == 0:
+            os.chown(scratch, uid, uid)
+        cfg = jail_config(scratch, ["/bin/sh", "-c", "test -w /sandbox && ! test -e " + json.dumps(REPO_ROOT)],
+                          {"PATH": "/usr/bin:/bin"}, uid, Limits())
+        out = subprocess.run(jail_command(cfg), capture_output=True, text=True, timeout=60, preexec_fn=_preexec)
+        shutil.rmtree(cfg["root"], ignore_errors=True)
+    finally:
+        if lock is not None:
+            os.close(lock)
+        shutil.rmtree(scratch, ignore_errors=True)
+    if out.returncode == 0:
+        return None
+    why = (out.stderr.strip().splitlines() or [f"exit status {out.returncode}"])[-1]
+    need = ("mount and PID namespaces as root" if os.geteuid() == 0 else
+            "unprivileged user namespaces (with mount, network and PID namespaces)")
+    return (f"grading needs {need} to isolate the students' code, and this machine refused ({why}). "
+            "Fix: grade as root in a container that may make namespaces (docker run --cap-add SYS_ADMIN "
+            "--security-opt seccomp=unconfined --security-opt apparmor=unconfined ...), or allow unprivileged user "
+            "namespaces (sysctl user.max_user_namespaces=10000, kernel.unprivileged_userns_clone=1, "
+            "kernel.apparmor_restrict_unprivileged_userns=0); or grade without isolation with --unsafe-no-sandbox "
+            "(every part's report then says so)")
+
+
+_UNSAFE = [False]
+
+
+def require_isolation(unsafe: bool) -> str:
+    """The level every child of this run gets; IsolationUnavailable when the jail cannot be made
+    and the instructor did not ask for ``--unsafe-no-sandbox`` (which then holds for the tools
+    this process runs too)."""
+    _UNSAFE[0] = bool(unsafe)
+    if unsafe:
+        return UNSAFE
+    problem = isolation_problem()
+    if problem:
+        raise IsolationUnavailable(problem)
+    return "jail: namespaces, allow-listed files, own user" if os.geteuid() == 0 else \
+        "jail: user namespace, allow-listed files"
+
+
+def run_tool(argv: list[str], inputs: dict[str, bytes], outputs: list[str], timeout: float = 300,
+             unsafe: bool | None = None, max_bytes: int = 256 << 20) -> tuple[int, str, dict[str, bytes]]:
+    """Run a trusted tool (ptxas, cuobjdump) on untrusted input files in a jail of its own:
+    it sees the system, the Python/CUDA folders and its scratch folder (``/sandbox``), where
+    ``inputs`` are written; returns (exit status, stderr+stdout, the ``outputs`` it wrote)."""
+    unsafe = _UNSAFE[0] if unsafe is None else unsafe
+    scratch = tempfile.mkdtemp(prefix="tool-", dir=private_dir())
+    uid, lock = (claim_uid() if os.geteuid() == 0 else (os.geteuid(), None)) if not unsafe else (None, None)
+    root = None
+    try:
+        for name, data in inputs.items():
+            with open(os.path.join(scratch, name), "wb") as f:
+                f.write(data)
+        if unsafe:
+            cmd = [a.replace(SCRATCH, scratch) for a in argv]
+            proc = subprocess.run(cmd, capture_output=True, timeout=timeout, cwd=scratch, env={"PATH": "/usr/bin:/bin"})
+        else:
+            if os.geteuid() == 0:
+                os.chown(scratch, uid, uid)
+            os.chmod(scratch, 0o700)
+            cfg = jail_config(scratch, argv, {"PATH": "/usr/bin:/bin", "HOME": SCRATCH, "TMPDIR": "/tmp"}, uid,
+                              Limits(cpu_s=int(timeout) + 5, memory_bytes=16 << 30))
+            root = cfg["root"]
+            proc = subprocess.run(jail_command(cfg), capture_output=True, timeout=timeout, preexec_fn=_preexec)
+        out = {}
+        for name in outputs:
+            data = read_scratch_file(scratch, name, max_bytes)
+            if data is not None:
+                out[name] = data
+        text = (proc.stderr + proc.stdout).decode(errors="replace")
+        return proc.returncode, text, out
+    finally:
+        if lock is not None:
+            os.close(lock)
+        shutil.rmtree(scratch, ignore_errors=True)
+        if root:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+def read_scratch_file(scratch: str, name: str, max_bytes: int) -> bytes | None:
+    """A regular file the child or a tool wrote in its scratch folder: no link followed, no
+    name with a folder in it, no more than ``max_bytes``."""
+    if os.path.basename(name) != name or name in ("", ".", ".."):
+        raise SandboxFailure(f"a file name with a folder in it: {name!r}")
+    try:
+        fd = os.open(os.path.join(scratch, name), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        raise SandboxFailure(f"{name}: not a plain file ({e.strerror})") from None
+    try:
+        import stat as _stat
+        st = os.fstat(fd)
+        if not _stat.S_ISREG(st.st_mode):
+            raise SandboxFailure(f"{name} is not a plain file")
+        if st.st_size > max_bytes:
+            raise SandboxFailure(f"{name} is larger than {max_bytes >> 20} MB")
+        chunks, total = [], 0
+        while total <= max_bytes:
+            b = os.read(fd, 1 << 20)
+            if not b:
+                break
+            chunks.append(b)
+            total += len(b)
+        if total > max_bytes:
+            raise SandboxFailure(f"{name} is larger than {max_bytes >> 20} MB")
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 class ChildSession:
-    """One sandboxed child serving one submission; restartable after a crash or a timeout."""
+    """One jailed child serving one submission; restartable after a crash or a timeout."""
 
-    def __init__(self, module_path: str, hide: list[str] | None = None, limits: Limits | None = None):
+    def __init__(self, module_path: str, limits: Limits | None = None, unsafe: bool = False,
+                 hide: list[str] = ()):
         self.module_path = module_path
-        self.hide = list(hide or [])
+        self.hide = [os.path.realpath(h) for h in hide]
         self.limits = limits or Limits()
+        self.unsafe = unsafe
         self.proc: subprocess.Popen | None = None
         self.sock: socket.socket | None = None
         self.scratch: str | None = None
-        self.stage: str | None = None
+        self.root: str | None = None
         self.uid: int | None = None
         self._uid_lock: int | None = None
         self.level = "not started"
         self.cell_errors: list[str] = []
+        self.syntax_errors: list[str] = []
         self._out_head = bytearray()
         self._out_tail = bytearray()
         self._out_total = 0
@@ -138,64 +365,45 @@ class ChildSession:
     def start(self, timeout: float) -> None:
         """Start the child and wait until it ran the notebook's cells (at most ``timeout`` s)."""
         self.close()
-        self.scratch = tempfile.mkdtemp(prefix="grader-child-")
+        self.level = require_isolation(self.unsafe)
+        self.scratch = tempfile.mkdtemp(prefix="child-", dir=private_dir() if not self.unsafe else None)
         shutil.copy(self.module_path, os.path.join(self.scratch, "submission.py"))
-        is_root = os.geteuid() == 0
-        self.uid, self._uid_lock = claim_uid() if is_root else (None, None)
-        cover, needed = isolation_plan(self.hide + [os.path.join(REPO_ROOT, d) for d in HIDDEN_IN_REPO],
-                                       [self.scratch]) if is_root else ([], [self.scratch])
-        # The staging folder must stay visible while folders are covered: /tmp is never covered.
-        stage = self.stage = tempfile.mkdtemp(prefix="grader-stage-", dir="/tmp") if is_root else ""
-        if self.uid is not None:
-            os.chown(self.scratch, self.uid, self.uid)
-            os.chown(os.path.join(self.scratch, "submission.py"), self.uid, self.uid)
-            os.chmod(self.scratch, 0o700)
         parent_sock, child_sock = socket.socketpair()
-        env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": self.scratch, "TMPDIR": self.scratch,
-               "LANG": "C.UTF-8", "MPLBACKEND": "Agg", "PYTHONDONTWRITEBYTECODE": "1",
-               # where the course's packages are found: paths only, nothing else of the grader's environment
-               "PYTHONPATH": os.pathsep.join([REPO_ROOT] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])}
-        lim, uid = self.limits, self.uid
-        private = any(_blocked_ancestors(n + "/x") for n in needed)
-        status_r, status_w = os.pipe()
+        fd = child_sock.fileno()
+        if self.unsafe:
+            cmd = [sys.executable, "-B", "-m", "grader.child", str(fd), os.path.join(self.scratch, "submission.py")]
+            env = self._env(os.pathsep.join([REPO_ROOT] + trusted_path()[1:]), self.scratch)
+            lim = self.limits
 
-        def preexec() -> None:          # runs in the child between fork and exec
-            os.setsid()
-            _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-            level = "rlimits"
-            if uid is not None:
-                drop = True
-                try:
-                    _isolate_mounts(cover, needed, stage)
-                    level = "mount namespace + own user"
-                except NamespaceUnavailable as e:
-                    # Without a namespace the own user can only run Python if nothing on the way
-                    # to it is private; else stay root, with the limits alone, and say so.
-                    drop = not private
-                    level = (f"own user (no mount namespace: {e.strerror})" if drop else
-                             f"rlimits only (no mount namespace: {e.strerror}; Python lies under a private folder)")
-                if drop:
-                    os.setgroups([])
-                    os.setgid(uid)
-                    os.setuid(uid)
-                    resource.setrlimit(resource.RLIMIT_NPROC, (lim.processes, lim.processes))
-            for r, v in ((resource.RLIMIT_CPU, lim.cpu_s), (resource.RLIMIT_FSIZE, lim.file_bytes),
-                         (resource.RLIMIT_NOFILE, lim.open_files), (resource.RLIMIT_CORE, 0),
-                         (resource.RLIMIT_DATA, lim.memory_bytes)):
-                resource.setrlimit(r, (v, v))
-            os.write(status_w, level.encode())
-            os.close(status_w)
-
-        cmd = [sys.executable, "-B", "-m", "grader.child", str(child_sock.fileno()),
-               os.path.join(self.scratch, "submission.py")]
-        self.proc = subprocess.Popen(cmd, cwd=self.scratch, env=env, stdin=subprocess.DEVNULL,
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     pass_fds=(child_sock.fileno(), status_w), preexec_fn=preexec)
+            def preexec() -> None:
+                _preexec()
+                import resource
+                for r, v in ((resource.RLIMIT_CPU, lim.cpu_s), (resource.RLIMIT_FSIZE, lim.file_bytes),
+                             (resource.RLIMIT_NOFILE, lim.open_files), (resource.RLIMIT_CORE, 0),
+                             (resource.RLIMIT_DATA, lim.memory_bytes)):
+                    resource.setrlimit(r, (v, v))
+            kwargs = {"cwd": self.scratch, "env": env, "preexec_fn": preexec}
+        else:
+            if os.geteuid() == 0:
+                self.uid, self._uid_lock = claim_uid()
+                for p in (self.scratch, os.path.join(self.scratch, "submission.py")):
+                    os.chown(p, self.uid, self.uid)
+            else:
+                self.uid = os.geteuid()
+            os.chmod(self.scratch, 0o700)
+            path = os.pathsep.join([COURSE] + python_dirs())
+            cfg = jail_config(self.scratch, [sys.executable, "-B", "-m", "grader.child", str(fd),
+                                             SCRATCH + "/submission.py"],
+                              self._env(path, SCRATCH), self.uid, self.limits,
+                              extra_ro=[(course_copy(), COURSE)], keep_fds=[fd])
+            cfg["hide"] += [h for h in self.hide if os.path.isdir(h) and h not in ("/", "/usr")]
+            self.root = cfg["root"]
+            cmd = jail_command(cfg)
+            kwargs = {"preexec_fn": _preexec}
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     pass_fds=(fd,), start_new_session=True, **kwargs)
         register_child(self.proc.pid)
         child_sock.close()
-        os.close(status_w)
-        with os.fdopen(status_r, "rb") as f:
-            self.level = f.read().decode(errors="replace") or "rlimits"
         self.sock = parent_sock
         self._out_head, self._out_tail, self._out_total = bytearray(), bytearray(), 0
         self._reader = threading.Thread(target=self._drain, args=(self.proc.stdout,), daemon=True)
@@ -207,10 +415,18 @@ class ChildSession:
             raise SandboxFailure(f"running the notebook's cells did not finish in {timeout:g} s (an endless loop "
                                  f"or far too much work at the top level of a cell); last output:\n{self.output()}")
         except (channel.ChannelClosed, channel.BadMessage) as e:
+            out = self.output()
             self.close()
             raise SandboxFailure(f"the process running your cells {self._how_it_ended()} before it was ready ({e}); "
-                                 f"last output:\n{self.output()}") from None
+                                 f"last output:\n{out}") from None
         self.cell_errors = [str(x) for x in hello.get("cell_errors", [])][:50] if isinstance(hello, dict) else []
+
+    def _env(self, pythonpath: str, home: str) -> dict:
+        env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": home, "TMPDIR": "/tmp" if home == SCRATCH else home,
+               "LANG": "C.UTF-8", "MPLBACKEND": "Agg", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONPATH": pythonpath}
+        if os.environ.get("CUDA_PATH"):
+            env["CUDA_PATH"] = os.path.realpath(os.environ["CUDA_PATH"])
+        return env
 
     def _drain(self, stream) -> None:
         while True:
@@ -259,10 +475,10 @@ class ChildSession:
         if self._reader is not None:
             self._reader.join(timeout=2)
             self._reader = None
-        for d in (self.scratch, self.stage):
+        for d in (self.scratch, self.root):
             if d and os.path.isdir(d):
                 shutil.rmtree(d, ignore_errors=True)
-        self.scratch = self.stage = None
+        self.scratch = self.root = None
 
     # ------------------------------------------------------------ requests
     def request(self, msg: dict, timeout: float) -> dict:
@@ -288,69 +504,31 @@ class ChildSession:
             raise SandboxFailure("your process sent an answer of the wrong shape")
         return reply
 
-    def fetch(self, name: str, dest_dir: str, max_bytes: int = 256 << 20) -> str:
-        """Copy a file the child wrote in its scratch folder into ``dest_dir`` (the grader's)."""
-        src = os.path.join(self.scratch or "", os.path.basename(name))
-        if not os.path.isfile(src) or os.path.islink(src):
+    def read(self, name: str, max_bytes: int = 64 << 20) -> bytes:
+        """A plain file the child wrote in its scratch folder (no link followed, size bounded)."""
+        data = read_scratch_file(self.scratch or "", name, max_bytes)
+        if data is None:
             raise SandboxFailure(f"your process reported a file {name!r} that is not there")
-        if os.path.getsize(src) > max_bytes:
-            raise SandboxFailure(f"{name} is larger than {max_bytes >> 20} MB")
-        # A fresh name every time: a process that loaded a library keeps it by path, and a
-        # restarted child numbers its kernels from 1 again.
-        dst = tempfile.mktemp(prefix=os.path.splitext(os.path.basename(name))[0] + "-", suffix=".so", dir=dest_dir)
-        with open(src, "rb") as f, open(dst, "wb") as g:
-            shutil.copyfileobj(f, g)
-        return dst
-
-
-def _isolate_mounts(cover: list[str], needed: list[str], stage: str) -> None:
-    """In a new mount namespace: an empty tmpfs over each folder of ``cover`` (shortest first), with
-    the ``needed`` folders inside it bound back. Runs between fork and exec: system calls only."""
-    if _libc.unshare(CLONE_NEWNS) != 0:
-        err = ctypes.get_errno()
-        raise NamespaceUnavailable(err, os.strerror(err))
-    _mount(None, "/", None, MS_REC | MS_PRIVATE)
-    keep = [n for n in needed if any(n.startswith(c + "/") for c in cover)]
-    staged = []
-    for i, n in enumerate(keep):
-        s = os.path.join(stage, str(i))
-        os.mkdir(s)
-        _mount(n, s, None, MS_BIND | MS_REC)
-        staged.append((n, s))
-    for c in cover:
-        if not os.path.isdir(c):
-            continue
-        _mount("tmpfs", c, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=1m")
-        for n, s in staged:
-            if n.startswith(c + "/"):
-                os.makedirs(n, exist_ok=True)
-                _mount(s, n, None, MS_BIND | MS_REC)
+        return data
 
 
 UID_BASE, UID_COUNT = 60000, 5000
 
 
 def claim_uid() -> tuple[int, int]:
-    """A user id of its own for one child: (uid, fd of its lock). The lock file in /tmp is held
-    while the child lives, so two children (of this grader or another) never share a user, and
+    """A user id of its own for one child: (uid, fd of its lock). The lock file (in the grader's
+    private folder, where no child can write) is held while the child lives, so two children (of this grader or another) never share a user, and
     a user that still owns processes is never handed out. The lowest free id is taken, so the
     lock files are as many as the most children ever alive at once (they are not removed:
     removing a lock file others may hold open would let two children share a user)."""
     import fcntl
     for i in range(UID_COUNT):
         uid = UID_BASE + i
-        path = f"/tmp/grader-uid-{uid}.lock"
+        path = os.path.join(private_dir(), f"uid-{uid}.lock")
         try:
             fd = os.open(path, os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW, 0o600)
         except OSError:
             continue
-        if os.fstat(fd).st_uid != os.geteuid():     # planted by a child: replace it, so that
-            os.close(fd)                            # planted files cannot use up the ids
-            try:
-                os.unlink(path)
-                fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR | os.O_NOFOLLOW, 0o600)
-            except OSError:
-                continue
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
