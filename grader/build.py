@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
-import re
 import shutil
 import subprocess
 import tempfile
@@ -88,6 +87,7 @@ class Artifacts:
     cubin: bytes = b""
     sass: str = ""
     ptxas_log: str = ""     # ptxas -v: registers, shared memory, spills, warnings
+    plan: dict | None = None  # the launch plan (grader/devcode.py): grid, TMA descriptors, ...
 
 
 def lower(kernel, arch: str | None = None):
@@ -176,17 +176,22 @@ def compile_only(kernel, arch: str, want_sass: bool = False) -> Artifacts:
     from .remote import KernelRef
     if isinstance(kernel, KernelRef):
         code = _submitted_code(kernel, arch)
-        art = Artifacts(arch, code["cuda_source"], code["ptx"])
+        art = Artifacts(arch, code["cuda_source"], code["ptx"], plan=code["plan"])
         art.cubin, art.ptxas_log = assembled(code["ptx"], arch)
         if want_sass:
             from . import launch
             art.sass = launch.disassemble(art.cubin)
         return art
+    from . import devcode
     try:
-        _, src = lower(kernel, arch)
+        host, device = devcode.lower(kernel, arch)
+        src = devcode.cuda_source(device)
+        plan = devcode.plan(kernel, host, device)
     except Exception as e:  # noqa: BLE001 - a TIRx parse/lowering error is the student's verdict
         raise BuildError(f"TIRx lowering for {arch} failed: {type(e).__name__}: {e}") from e
-    return compile_source(src, arch, want_sass)
+    art = compile_source(src, arch, want_sass)
+    art.plan = plan
+    return art
 
 
 _COMPILED: dict[tuple, Artifacts] = {}

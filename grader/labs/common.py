@@ -18,16 +18,37 @@ def student(module, name: str) -> Callable:
 
 
 def grade_cases(fn: Callable, cases: list[tuple[Any, Any]], same: Callable[[Any, Any], bool],
-                label: Callable[[Any], str]) -> Outcome:
+                label: Callable[[Any], str], public: int | None = None) -> Outcome:
     """Call ``fn(*args)`` for every (args, expected) case; fraction = share answered right.
-    NotImplementedError propagates (the part is not done, not wrong)."""
+    The first ``public`` cases are public (all when None): a wrong one is shown with its
+    arguments, the answer and the expected answer; a wrong hidden case only by its number, so
+    that feedback never hands out a hidden case's inputs or answer (nor what the submission
+    returned for them, which could carry the inputs out). NotImplementedError propagates."""
     wrong = []
-    for args, expected in cases:
+    n_public = len(cases) if public is None else public
+    for i, (args, expected) in enumerate(cases):
         got = fn(*args)
         if not same(got, expected):
+            if i >= n_public:
+                wrong.append(hidden_case(i - n_public))
+                continue
             kind = _kind_mismatch(got, expected)
             wrong.append(f"{label(args)}: got {got!r}, expected {expected!r}" + (f" ({kind})" if kind else ""))
+    wrong.sort(key=lambda w: w.startswith(HIDDEN_CASE))         # a public case first, when there is one
     return cases_outcome(len(cases), wrong)
+
+
+HIDDEN_CASE = "hidden case #"
+
+
+def hidden_case(k: int) -> str:
+    return f"{HIDDEN_CASE}{k + 1} (its inputs and answer are not shown)"
+
+
+def public_len(case_fn: Callable[[Context], list], ctx: Context, per_case: int = 1) -> int:
+    """How many of the cases ``case_fn(ctx)`` makes are public: as many as it makes when only the
+    public cases are asked for (times ``per_case`` graded calls per case)."""
+    return len(case_fn(dataclasses.replace(ctx, public_only=True))) * per_case
 
 
 def cases_outcome(n: int, wrong: list[str]) -> Outcome:
@@ -44,11 +65,12 @@ def _call_label(name: str, params: tuple[str, ...]):
     return lambda *args: f"{name}(" + ", ".join(f"{p}={a!r}" for p, a in zip(params, args)) + ")"
 
 
-def grade_table(module, ctx: Context, cases, refs: dict, params: dict) -> Outcome:
+def grade_table(module, ctx: Context, case_fn: Callable[[Context], list], refs: dict, params: dict) -> Outcome:
     """Grade the part's student functions (``params["functions"]`` of the spec, in the order of
     ``refs``) on (kind, args) cases: ``refs[kind]`` gives the expected answer (computed here, by
     the trusted side), ``params[kind]`` names the arguments in messages; answers are compared
-    with :func:`same_answer`."""
+    with :func:`same_answer`. The cases are ``case_fn(ctx)``, the public ones first."""
+    cases = case_fn(ctx)
     names = ctx.part.params["functions"]
     fns = dict(zip(refs, (student(module, f) for f in names)))
     labels = {kind: _call_label(name, params[kind]) for kind, name in zip(refs, names)}
@@ -57,7 +79,7 @@ def grade_table(module, ctx: Context, cases, refs: dict, params: dict) -> Outcom
         return fns[kind](*args)
 
     graded = [((kind, args), refs[kind](*args)) for kind, args in cases]
-    return grade_cases(call, graded, same_answer, lambda a: labels[a[0]](*a[1]))
+    return grade_cases(call, graded, same_answer, lambda a: labels[a[0]](*a[1]), public_len(case_fn, ctx))
 
 
 def _kind(x) -> str:
@@ -95,8 +117,11 @@ def builder_args(params: dict) -> dict:
     return {k: v for k, v in params.items() if k not in ("builder", "builders", "archs")}
 
 
-def build_part(module, ctx: Context) -> Outcome:
-    """Compile-only check for every arch the part lists, with its mechanism checks."""
+def build_part(module, ctx: Context, extra: Callable | None = None) -> Outcome:
+    """Compile-only check for every arch the part lists, with its mechanism checks (in the SASS
+    and PTX the grader assembled itself: the code the harness would launch). ``extra(art)`` ->
+    (ok, message, measurements) is a further check of the lab's on each arch's artifacts; an
+    exception in any check is the part's error verdict, never a pass."""
     p = ctx.part.params
     builder = student(module, p["builder"])
     args = builder_args(p)
@@ -113,11 +138,16 @@ def build_part(module, ctx: Context) -> Outcome:
             per_arch.append(0.0)
             lines.append(f"{arch}: does not build: {e}")
             continue
-        checks = inspect.check_all(ctx.part.mechanisms, {"sass": art.sass})
+        checks = inspect.check_all(ctx.part.mechanisms, {"sass": art.sass, "ptx": art.ptx})
         good = all(c.ok for c in checks)
-        per_arch.append(1.0 if good else 0.0)
         meas[arch] = {c.name: c.count for c in checks}
-        lines.append(f"{arch}: compiled; " + "; ".join(c.message for c in checks))
+        line = f"{arch}: compiled; " + "; ".join(c.message for c in checks)
+        if extra is not None:
+            ok, msg, m = extra(art)
+            good, line = good and ok, line + "; " + msg
+            meas[arch].update(m)
+        per_arch.append(1.0 if good else 0.0)
+        lines.append(line)
     return Outcome(sum(per_arch) / len(per_arch), " | ".join(lines), meas)
 
 

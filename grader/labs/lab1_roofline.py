@@ -106,13 +106,15 @@ def _label(args) -> str:
 def grade_flops(module, ctx: Context) -> Outcome:
     fn = common.student(module, "op_flops")
     cases = [((op,), ref_flops(op)) for op in op_cases(ctx)]
-    return common.grade_cases(fn, cases, common.scalar_match(ctx.part.params["rel_tol"]), _label)
+    return common.grade_cases(fn, cases, common.scalar_match(ctx.part.params["rel_tol"]), _label,
+                              common.public_len(op_cases, ctx))
 
 
 def grade_bytes(module, ctx: Context) -> Outcome:
     fn = common.student(module, "op_bytes")
     cases = [((op,), ref_bytes(op)) for op in op_cases(ctx)]
-    return common.grade_cases(fn, cases, common.scalar_match(ctx.part.params["rel_tol"]), _label)
+    return common.grade_cases(fn, cases, common.scalar_match(ctx.part.params["rel_tol"]), _label,
+                              common.public_len(op_cases, ctx))
 
 
 def grade_predict(module, ctx: Context) -> Outcome:
@@ -127,7 +129,8 @@ def grade_predict(module, ctx: Context) -> Outcome:
             return False
         return compare.close_scalar(t, exp[0], rel=rel) and bound == exp[1]
 
-    return common.grade_cases(fn, cases, same, lambda a: f"{a[0]!r} on {a[1]['name']}")
+    return common.grade_cases(fn, cases, same, lambda a: f"{a[0]!r} on {a[1]['name']}",
+                              common.public_len(op_cases, ctx, per_case=2))
 
 
 # ---------------------------------------------------------------- part b
@@ -141,18 +144,21 @@ def grade_build(module, ctx: Context) -> Outcome:
 def grade_roofline(module, ctx: Context) -> Outcome:
     p = ctx.part.params
     fn = common.student(module, p["function"])
-    ais = [0.25, 1.0, 10.0, 206.0, 281.25, 1000.0]
+    ais = list(PUBLIC_AIS)
     if not ctx.public_only:
         r = inputs.rng(LAB, ctx.part.id, ctx.seed)
         ais += [10 ** r.uniform(-2, 4) for _ in range(p["hidden_cases"])]
     cases = [((gpu_dict(g), ai), ref_attainable(gpu_dict(g), ai)) for ai in ais for g in ("B200", "H200", "H100")]
     values = common.grade_cases(fn, cases, common.scalar_match(p["rel_tol"]),
-                                lambda a: f"{a[0]['name']} at {a[1]:.4g} FLOP/B")
+                                lambda a: f"{a[0]['name']} at {a[1]:.4g} FLOP/B", 3 * len(PUBLIC_AIS))
     gpu = gpu_dict("H200")
     points = [{"label": "scale-add", "ai": 1 / 3, "tflops": 1.4}, {"label": "gemm 4096", "ai": 1365.0, "tflops": 700.0}]
     plot_ok, plot_msg = check_roofline_figure(common.figure(module, p["plot"], gpu, points), gpu, points)
     frac = 0.5 * values.fraction + (0.5 if plot_ok else 0.0)
     return Outcome(frac, f"attainable_tflops: {values.message}; plot: {plot_msg}", values.measurements)
+
+
+PUBLIC_AIS = (0.25, 1.0, 10.0, 206.0, 281.25, 1000.0)
 
 
 def check_roofline_figure(axes: list[dict], gpu: dict, points: list[dict]) -> tuple[bool, str]:

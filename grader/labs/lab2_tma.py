@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 
-from .. import build, inputs
+from .. import inputs
 from ..context import Context, Outcome
 from . import common
 
@@ -174,7 +174,8 @@ def grade_box(module, ctx: Context) -> Outcome:
     fn = common.student(module, ctx.part.params["function"])
     cases = [(args, ref_box(*args)) for args in box_cases(ctx)]
     return common.grade_cases(fn, cases, _same_dict,
-                              lambda a: f"tile={a[0]}, dtype_bytes={a[1]}, swizzle_bytes={a[2]}")
+                              lambda a: f"tile={a[0]}, dtype_bytes={a[1]}, swizzle_bytes={a[2]}",
+                              common.public_len(box_cases, ctx))
 
 
 def grade_map(module, ctx: Context) -> Outcome:
@@ -192,86 +193,63 @@ def grade_map(module, ctx: Context) -> Outcome:
              for shape, b, tile, sw, t in map_cases(ctx)]
     return common.grade_cases(both, cases, same,
                               lambda a: f"shape={a[0]}, dtype_bytes={a[1]}, tile={a[2]}, "
-                                        f"swizzle_bytes={a[3]}, tile t={a[4]}")
+                                        f"swizzle_bytes={a[3]}, tile t={a[4]}",
+                              common.public_len(map_cases, ctx))
 
 
 def grade_expect_tx(module, ctx: Context) -> Outcome:
     fn = common.student(module, ctx.part.params["function"])
     cases = [((loads,), ref_expect_tx(loads)) for loads in expect_tx_cases(ctx)]
-    return common.grade_cases(fn, cases, lambda got, exp: _norm(got) == exp, lambda a: f"loads={a[0]}")
+    return common.grade_cases(fn, cases, lambda got, exp: _norm(got) == exp, lambda a: f"loads={a[0]}",
+                              common.public_len(expect_tx_cases, ctx))
 
 
 def grade_ring(module, ctx: Context) -> Outcome:
     fn = common.student(module, ctx.part.params["function"])
     cases = [(args, ref_ring(*args)) for args in ring_cases(ctx)]
     return common.grade_cases(fn, cases, _same_seq,
-                              lambda a: f"stages={a[0]}, iterations={a[1]}, start={a[2]}")
+                              lambda a: f"stages={a[0]}, iterations={a[1]}, start={a[2]}",
+                              common.public_len(ring_cases, ctx))
 
 
 # ---------------------------------------------------------------- tensor maps in the host code
 
+def maps_of_plan(plan: dict) -> list[dict]:
+    """The tensor maps of a launch plan (grader/devcode.py), as the lab shows them: the tensor's
+    name, dims and box innermost first, strides in bytes, swizzle code."""
+    names = [p["name"] for p in plan["signature"]]
+    return [{"tensor": names[m["tensor"]], "rank": m["rank"], "global_dims": tuple(m["sizes"]),
+             "global_strides": tuple(m["strides"]), "box_dims": tuple(m["box"]), "swizzle": m["swizzle"]}
+            for m in plan["tensormaps"]]
+
+
 def tensor_maps(prim_func, arch: str) -> list[dict]:
     """The tensor maps a kernel's host code encodes (``cuTensorMapEncodeTiled`` calls), read from
-    the lowered host TIR: dims and box innermost first, strides in bytes, swizzle code."""
-    import tvm
-    from tvm.target import Target
-    build.configure_toolchain()
-    tgt = build.target(arch)
-    host = Target("llvm" if tvm.runtime.enabled("llvm") else "c")
-    with tgt:
-        mod = tvm.tirx.transform.BindTarget(Target(tgt).with_host(host))(tvm.IRModule({"main": prim_func}))
-        pipeline, _, _ = tvm.tirx.get_tir_pipeline("tirx")
-        mod = pipeline(mod)
-    calls = []
+    the lowered host TIR (the same reading the grader makes of every submitted kernel)."""
+    from .. import devcode
+    host, device = devcode.lower(prim_func, arch)
+    return maps_of_plan(devcode.plan(prim_func, host, device))
 
-    def visit(node):
-        if (isinstance(node, tvm.ir.Call) and len(node.args) > 4 and isinstance(node.args[0], tvm.tirx.StringImm)
-                and node.args[0].value == "runtime.cuTensorMapEncodeTiled"):
-            calls.append(node.args)
 
-    for func in mod.functions.values():
-        if isinstance(func, tvm.tirx.PrimFunc):
-            tvm.tirx.stmt_functor.post_order_visit(func.body, visit)
-
-    def val(a):
-        return int(a.value) if hasattr(a, "value") else str(a)
-
-    maps = []
-    for args in calls:
-        rank = val(args[3])
-        i = 5
-        dims = tuple(val(a) for a in args[i:i + rank]); i += rank
-        strides = tuple(val(a) for a in args[i:i + rank - 1]); i += rank - 1
-        box = tuple(val(a) for a in args[i:i + rank]); i += 2 * rank   # skip element strides
-        swizzle = val(args[i + 1])
-        name = str(args[1]).removesuffix("_tensormap")
-        maps.append({"tensor": name, "rank": rank, "global_dims": dims, "global_strides": strides,
-                     "box_dims": box, "swizzle": swizzle})
-    return maps
+def swizzle_check(art) -> tuple[bool, str, dict]:
+    """Every tensor map of the kernel's launch plan (the descriptors the harness would encode)
+    uses the 128B swizzle."""
+    maps = maps_of_plan(art.plan)
+    meas = {"tensor_maps": maps}
+    if not maps:
+        return False, "no tensor map in the host code: the kernel uses no TMA", meas
+    text = "; ".join(f"{m['tensor']}: dims {m['global_dims']}, box {m['box_dims']}, "
+                     f"swizzle {SWIZZLE_CODES.get(m['swizzle'], m['swizzle'])}" for m in maps)
+    bad = [m["tensor"] for m in maps if m["swizzle"] != REQUIRED_SWIZZLE]
+    if bad:
+        return False, (f"tensor maps: {text}; MISSING the 128B swizzle on {', '.join(bad)} (allocate the SMEM "
+                       "tile with mma_shared_layout(..., SWIZZLE_128B_ATOM, ...))"), meas
+    return True, f"tensor maps: {text}", meas
 
 
 def grade_build(module, ctx: Context) -> Outcome:
-    """Compile-only PTX mechanism checks (common.build_part), then the swizzle of every tensor map."""
-    out = common.build_part(module, ctx)
-    p = ctx.part.params
-    builder = common.student(module, p["builder"])
-    try:
-        maps = tensor_maps(builder(**common.builder_args(p)), p["archs"][0])
-    except Exception:  # noqa: BLE001 - already reported by build_part when it does not lower
-        return out
-    out.measurements["tensor_maps"] = maps
-    if not maps:
-        return Outcome(0.0, out.message + " | no tensor map in the host code: the kernel uses no TMA",
-                       out.measurements)
-    text = "; ".join(f"{m['tensor']}: dims {m['global_dims']}, box {m['box_dims']}, "
-                     f"swizzle {SWIZZLE_CODES.get(m['swizzle'], m['swizzle'])}" for m in maps)
-    bad = [m for m in maps if m["swizzle"] != REQUIRED_SWIZZLE]
-    if bad:
-        return Outcome(0.0, out.message + f" | tensor maps: {text}; MISSING the 128B swizzle on "
-                       + ", ".join(m["tensor"] for m in bad)
-                       + " (allocate the SMEM tile with mma_shared_layout(..., SWIZZLE_128B_ATOM, ...))",
-                       out.measurements)
-    return Outcome(out.fraction, out.message + f" | tensor maps: {text}", out.measurements)
+    """Compile-only mechanism checks (common.build_part) and the swizzle of every tensor map."""
+    return common.build_part(module, ctx, swizzle_check)
 
 
 GRADERS = {

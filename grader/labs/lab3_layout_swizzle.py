@@ -212,21 +212,24 @@ def grade_index(module, ctx: Context) -> Outcome:
     tiled = _shape_cases(ctx, PUBLIC_TILED, _random_tile)
     swz = _shape_cases(ctx, PUBLIC_SWIZZLED, _random_swizzle)
     cases = []   # (function name, args, expected)
-    for shape, tile in tiled:
+    for k, (shape, tile) in enumerate(tiled):
         lib_rm, lib_cm = _lib_row_major(shape), _lib_col_major(shape)
         lib_t = lib_tiled(shape, tile)
+        hidden = k >= len(PUBLIC_TILED)
         for i, j in _elements(shape, r, 48):
-            cases.append(("offset_row_major", (i, j, shape), evaluate(lib_rm, i, j, shape).get("m", 0)))
-            cases.append(("offset_col_major", (i, j, shape), evaluate(lib_cm, i, j, shape).get("m", 0)))
-            cases.append(("offset_tiled", (i, j, shape, tile), evaluate(lib_t, i, j, shape).get("m", 0)))
-    for shape, eb, sw in swz:
+            cases.append(("offset_row_major", (i, j, shape), evaluate(lib_rm, i, j, shape).get("m", 0), hidden))
+            cases.append(("offset_col_major", (i, j, shape), evaluate(lib_cm, i, j, shape).get("m", 0), hidden))
+            cases.append(("offset_tiled", (i, j, shape, tile), evaluate(lib_t, i, j, shape).get("m", 0), hidden))
+    for k, (shape, eb, sw) in enumerate(swz):
         lib = lib_swizzled(shape, eb, sw)
         for i, j in _elements(shape, r, 96):
-            cases.append(("offset_swizzled", (i, j, shape, eb, sw), evaluate(lib, i, j, shape).get("m", 0)))
-    for shape, eb, sw in _shape_cases(ctx, PUBLIC_MMA, lambda rr: _random_swizzle(rr, (1, 2, 3, 4))):
+            cases.append(("offset_swizzled", (i, j, shape, eb, sw), evaluate(lib, i, j, shape).get("m", 0),
+                          k >= len(PUBLIC_SWIZZLED)))
+    for k, (shape, eb, sw) in enumerate(_shape_cases(ctx, PUBLIC_MMA, lambda rr: _random_swizzle(rr, (1, 2, 3, 4)))):
         lib = lib_mma(shape, eb, sw)
         for i, j in _elements(shape, r, 96):
-            cases.append(("offset_mma", (i, j, shape, eb, sw), evaluate(lib, i, j, shape).get("m", 0)))
+            cases.append(("offset_mma", (i, j, shape, eb, sw), evaluate(lib, i, j, shape).get("m", 0),
+                          k >= len(PUBLIC_MMA)))
     return _grade_named(fns, cases)
 
 
@@ -241,14 +244,16 @@ def _lib_col_major(shape):
 
 
 def _grade_named(fns: dict, cases: list) -> Outcome:
+    """(function name, args, expected, hidden) cases; a wrong hidden one is shown by number only."""
     wrong, per_fn = [], {}
-    for name, args, expected in cases:
+    for c, (name, args, expected, hidden) in enumerate(cases):
         got = fns[name](*args)
         ok = _same_int(got, expected)
         right, total = per_fn.get(name, (0, 0))
         per_fn[name] = (right + ok, total + 1)
         if not ok:
-            wrong.append(f"{name}{args!r}: got {got!r}, expected {expected!r}")
+            wrong.append(common.hidden_case(c) if hidden else f"{name}{args!r}: got {got!r}, expected {expected!r}")
+    wrong.sort(key=lambda w: w.startswith(common.HIDDEN_CASE))
     n = len(cases)
     good = n - len(wrong)
     msg = f"{good}/{n} elements right (" + ", ".join(f"{k} {a}/{b}" for k, (a, b) in per_fn.items()) + ")"
@@ -291,6 +296,7 @@ def grade_layouts(module, ctx: Context) -> Outcome:
         lib = tmem_datapath_layout("D", 128, 2 * cols)
         checks.append((f"layout_tmem_accumulator({2 * cols})", fns["layout_tmem_accumulator"](2 * cols),
                        (128, 2 * cols), lambda i, j, s=(128, 2 * cols), L=lib: evaluate(L, i, j, s)))
+    public_labels = {lb for lb, *_ in _public_layout_labels(ctx)}
     wrong, total, bad_layouts = [], 0, 0
     for label, layout, shape, expect in checks:
         if not (isinstance(layout, Layout) or getattr(layout, "is_layout", False)):
@@ -303,15 +309,29 @@ def grade_layouts(module, ctx: Context) -> Outcome:
         for i, j in elems:
             got, exp = evaluate(layout, i, j, shape), expect(i, j)
             if got != exp and first is None:
-                first = f"{label} at ({i}, {j}): apply gives {got}, expected {exp}"
+                first = (f"{label} at ({i}, {j}): apply gives {got}, expected {exp}" if label in public_labels
+                         else common.hidden_case(total))
         total += 1
         if first:
             wrong.append(first)
+    wrong.sort(key=lambda w: w.startswith(common.HIDDEN_CASE))
     good = total - len(wrong)
     msg = f"{good}/{total} layouts right on every element checked"
     if wrong:
         msg += "; first wrong: " + wrong[0]
     return Outcome(good / total, msg, {"layouts": total, "right": good})
+
+
+def _public_layout_labels(ctx: Context) -> list[tuple[str]]:
+    """The labels of the layout checks a public-only run makes (the others are hidden)."""
+    pub = dataclasses.replace(ctx, public_only=True)
+    out = [(f"layout_{k}({shape})",) for shape, _ in _shape_cases(pub, PUBLIC_TILED, _random_tile)
+           for k in ("row_major", "col_major")]
+    out += [(f"layout_tiled({shape}, {tile})",) for shape, tile in _shape_cases(pub, PUBLIC_TILED, _random_tile)]
+    out += [(f"layout_swizzled({shape}, {eb}, {sw})",) for shape, eb, sw in _shape_cases(pub, PUBLIC_SWIZZLED, _random_swizzle)]
+    out += [("layout_mma_fragment()",)]
+    out += [(f"layout_warpgroup_rows({c})",) for c in (8, 64, 256)] + [(f"layout_tmem_accumulator({2 * c})",) for c in (8, 64, 256)]
+    return out
 
 
 # ---------------------------------------------------------------- part b
@@ -369,7 +389,7 @@ def grade_counter(module, ctx: Context) -> Outcome:
         head = ", ".join(str(x) for x in a[:8])
         return f"wavefronts([{head}, ...], width={w})"
 
-    return common.grade_cases(fn, cases, lambda got, exp: _same_int(got, exp), label)
+    return common.grade_cases(fn, cases, lambda got, exp: _same_int(got, exp), label, len(PUBLIC_ACCESSES))
 
 
 def _pattern_offsets(r) -> dict:
@@ -401,13 +421,13 @@ def grade_patterns(module, ctx: Context) -> Outcome:
             calls.append(("addresses_rows", (4 * r.randrange(15),)))
             calls.append(("addresses_column", (r.choice([0, 8, 16, 32]), r.randrange(8))))
             calls.append(("addresses_gather", (4 * r.randrange(16), r.randrange(8))))
-        for fn_name, args in calls:
-            cases.append((name, off, fn_name, args))
+        for k, (fn_name, args) in enumerate(calls):
+            cases.append((name, off, fn_name, args, k >= len(fixed) or name == "random chunk permutation"))
     refs = {"addresses_rows": ref_addresses_rows, "addresses_column": ref_addresses_column,
             "addresses_gather": ref_addresses_gather}
     widths = {"addresses_rows": 16, "addresses_column": 16, "addresses_gather": 2}
     wrong, notes = [], {}
-    for lay, off, fn_name, args in cases:
+    for c, (lay, off, fn_name, args, hidden) in enumerate(cases):
         exp = refs[fn_name](off, *args)
         got = gens[fn_name](off, *args)
         try:
@@ -415,7 +435,8 @@ def grade_patterns(module, ctx: Context) -> Outcome:
         except (TypeError, ValueError):
             same = False
         if not same:
-            wrong.append(f"{fn_name}(<{lay}>, {', '.join(map(str, args))}): got {got!r}, expected {exp!r}")
+            wrong.append(common.hidden_case(c) if hidden and not ctx.public_only else
+                         f"{fn_name}(<{lay}>, {', '.join(map(str, args))}): got {got!r}, expected {exp!r}")
         notes.setdefault((lay, fn_name), ref_wavefronts(exp, widths[fn_name]))
     pat_frac = (len(cases) - len(wrong)) / len(cases)
     pat_msg = f"patterns: {len(cases) - len(wrong)}/{len(cases)} address lists right"

@@ -121,9 +121,9 @@ def desc_cases(ctx: Context) -> list[tuple]:
     return cases
 
 
-def _grade_pair(module, ctx: Context, cases, refs: dict, labels: dict, post=None) -> Outcome:
+def _grade_pair(module, ctx: Context, case_fn, refs: dict, labels: dict, post=None) -> Outcome:
     """Grade the part's two student functions (``params["functions"]``, in the order of ``refs``)
-    on (kind, args) cases: ``refs[kind]`` gives the expected answer, ``labels[kind]`` names the
+    on the (kind, args) cases of ``case_fn(ctx)`` (public ones first): ``refs[kind]`` gives the expected answer, ``labels[kind]`` names the
     call in messages, ``post[kind]`` (optional) normalises the student's answer first."""
     fns = dict(zip(refs, (common.student(module, f) for f in ctx.part.params["functions"])))
     post = post or {}
@@ -132,12 +132,12 @@ def _grade_pair(module, ctx: Context, cases, refs: dict, labels: dict, post=None
         got = fns[kind](*args)
         return post[kind](got) if kind in post else got
 
-    graded = [((kind, args), refs[kind](*args)) for kind, args in cases]
-    return common.grade_cases(call, graded, _same, lambda a: labels[a[0]](*a[1]))
+    graded = [((kind, args), refs[kind](*args)) for kind, args in case_fn(ctx)]
+    return common.grade_cases(call, graded, _same, lambda a: labels[a[0]](*a[1]), common.public_len(case_fn, ctx))
 
 
 def grade_desc(module, ctx: Context) -> Outcome:
-    return _grade_pair(module, ctx, desc_cases(ctx),
+    return _grade_pair(module, ctx, desc_cases,
                        {"fields": ref_desc_fields, "offset": ref_desc_offset},
                        {"fields": lambda sw: f"wgmma_desc_fields(swizzle_bytes={sw})",
                         "offset": lambda row, k, b, sw: (f"wgmma_desc_offset(row={row}, k={k}, dtype_bytes={b}, "
@@ -155,7 +155,7 @@ def frag_cases(ctx: Context) -> list[tuple]:
 
 
 def grade_frag(module, ctx: Context) -> Outcome:
-    return _grade_pair(module, ctx, frag_cases(ctx),
+    return _grade_pair(module, ctx, frag_cases,
                        {"coord": ref_acc_coord, "owner": ref_acc_owner},
                        {"coord": lambda t, i: f"wgmma_acc_coord(thread={t}, reg={i})",
                         "owner": lambda row, col: f"wgmma_acc_owner(row={row}, col={col})"})
@@ -203,7 +203,7 @@ def sync_cases(ctx: Context) -> list[list[str]]:
 def grade_sync(module, ctx: Context) -> Outcome:
     fn = common.student(module, ctx.part.params["function"])
     cases = [((ops,), ref_first_unsafe(ops)) for ops in sync_cases(ctx)]
-    return common.grade_cases(fn, cases, _same, lambda a: f"ops={a[0]}")
+    return common.grade_cases(fn, cases, _same, lambda a: f"ops={a[0]}", common.public_len(sync_cases, ctx))
 
 
 def phase_cases(ctx: Context) -> list[tuple]:
@@ -234,7 +234,7 @@ def phase_cases(ctx: Context) -> list[tuple]:
 
 
 def grade_phase(module, ctx: Context) -> Outcome:
-    return _grade_pair(module, ctx, phase_cases(ctx),
+    return _grade_pair(module, ctx, phase_cases,
                        {"parities": ref_wait_parities, "early": ref_early_waits},
                        {"parities": lambda n, c: f"wait_parities(iterations={n}, completed_before={c})",
                         "early": lambda par, c: f"early_waits(parities={par}, completed_before={c})"})
@@ -265,7 +265,7 @@ def _sorted_ctas(got):
 
 
 def grade_grid(module, ctx: Context) -> Outcome:
-    return _grade_pair(module, ctx, grid_cases(ctx),
+    return _grade_pair(module, ctx, grid_cases,
                        {"info": ref_grid_info, "same": ref_same_tiles},
                        {"info": lambda M, N, K, bm, bn, bk: (f"grid_info(M={M}, N={N}, K={K}, blk_m={bm}, "
                                                              f"blk_n={bn}, blk_k={bk})"),

@@ -209,7 +209,7 @@ def ring_cases(ctx: Context) -> list[tuple]:
 
 
 def grade_ring(module, ctx: Context) -> Outcome:
-    return _grade_table(module, ctx, ring_cases(ctx),
+    return _grade_table(module, ctx, ring_cases,
                         {"waits": ref_persistent_waits, "run": ref_ring_run},
                         {"waits": ("stages", "k_tiles", "cta", "grid", "num_tiles"),
                          "run": ("stages", "loads", "producer_start", "consumer_start")})
@@ -269,7 +269,7 @@ def regs_cases(ctx: Context) -> list[tuple]:
 
 
 def grade_regs(module, ctx: Context) -> Outcome:
-    return _grade_table(module, ctx, regs_cases(ctx),
+    return _grade_table(module, ctx, regs_cases,
                         {"check": ref_setmaxnreg_check, "fit": ref_accumulator_fit},
                         {"check": ("roles", "launch_regs", "targets"),
                          "fit": ("block_m", "block_n", "consumers", "regs", "headroom")})
@@ -310,7 +310,7 @@ def sched_cases(ctx: Context) -> list[tuple]:
 
 
 def grade_sched(module, ctx: Context) -> Outcome:
-    return _grade_table(module, ctx, sched_cases(ctx),
+    return _grade_table(module, ctx, sched_cases,
                         {"tile": ref_grouped_tile, "bytes": ref_dram_bytes},
                         {"tile": ("t", "m_tiles", "n_tiles", "group"),
                          "bytes": ("M", "N", "K", "blk_m", "blk_n", "group", "ctas", "l2_bytes")})
@@ -337,7 +337,7 @@ def cluster_cases(ctx: Context) -> list[tuple]:
 
 
 def grade_cluster(module, ctx: Context) -> Outcome:
-    return _grade_table(module, ctx, cluster_cases(ctx),
+    return _grade_table(module, ctx, cluster_cases,
                         {"plan": ref_multicast_plan, "counts": ref_stage_counts},
                         {"plan": ("cm", "cn", "rank", "blk_m", "blk_n"),
                          "counts": ("cm", "cn", "blk_m", "blk_n", "blk_k", "dtype_bytes", "consumers")})

@@ -313,6 +313,7 @@ def grade_softmax(module, ctx: Context) -> Outcome:
     finish = common.student(module, "softmax_finish")
     head = common.student(module, "attention_head")
     cases = softmax_cases(ctx)
+    n_public = common.public_len(softmax_cases, ctx)
     wrong = []
     for c, (kind, args) in enumerate(cases):
         why = ""
@@ -340,7 +341,8 @@ def grade_softmax(module, ctx: Context) -> Outcome:
                 why = (f"attention_head on case {c} (Sq={len(q)}, Sk={len(k)}, D={len(q[0])}, "
                        f"{'causal' if causal else 'non-causal'}, block_n={block_n}, threshold {threshold:g}): {why}")
         if not ok:
-            wrong.append(why)
+            wrong.append(why if c < n_public else common.hidden_case(c - n_public))
+    wrong.sort(key=lambda w: w.startswith(common.HIDDEN_CASE))
     return common.cases_outcome(len(cases), wrong)
 
 
@@ -385,7 +387,7 @@ def causal_cases(ctx: Context) -> list[tuple]:
 
 
 def grade_causal(module, ctx: Context) -> Outcome:
-    return _grade_table(module, ctx, causal_cases(ctx),
+    return _grade_table(module, ctx, causal_cases,
                         {"blocks": ref_causal_blocks, "work": ref_causal_work},
                         {"blocks": ("seq_q", "seq_k", "block_m", "block_n", "m_block", "causal"),
                          "work": ("seq_q", "seq_k", "block_m", "block_n", "causal")})
@@ -424,7 +426,7 @@ def gqa_cases(ctx: Context) -> list[tuple]:
 
 
 def grade_gqa(module, ctx: Context) -> Outcome:
-    return _grade_table(module, ctx, gqa_cases(ctx),
+    return _grade_table(module, ctx, gqa_cases,
                         {"row": ref_packed_row, "box": ref_q_box, "cost": ref_attention_cost},
                         {"row": ("row", "tile", "kv_head", "group", "rows"),
                          "box": ("batch", "tile", "kv_head", "group", "rows", "head_dim", "seq_q"),
@@ -473,7 +475,7 @@ def budget_cases(ctx: Context) -> list[tuple]:
 
 
 def grade_budget(module, ctx: Context) -> Outcome:
-    return _grade_table(module, ctx, budget_cases(ctx),
+    return _grade_table(module, ctx, budget_cases,
                         {"split": ref_register_split, "regs": ref_consumer_registers,
                          "tmem": ref_tmem_columns, "barriers": ref_barrier_counts},
                         {"split": ("warpgroups", "fixed"), "regs": ("block_m", "block_n", "head_dim", "consumers"),

@@ -1,4 +1,6 @@
 """Kernels built once per submission and shared by its workers (remote.Builds)."""
+import json
+
 import pytest
 
 from grader import remote
@@ -28,15 +30,18 @@ class FakeSession:
                 return {"error": "ValueError", "message": "bad shape", "todo": False}
             self.kernels[len(self.kernels) + 1] = msg["name"]
             return {"kernel": len(self.kernels)}
-        return {"path": f"k{msg['kernel']}.so"}
+        self.arch = msg["arch"]
+        return {"files": {"json": f"k{msg['kernel']}.json", "ptx": f"k{msg['kernel']}.ptx"}}
 
-    def fetch(self, name, dest):
-        return f"{dest}/{name}"
+    def read(self, name, max_bytes=0):
+        if name.endswith(".json"):
+            return json.dumps({"plan": {"version": 1}, "arch": self.arch, "cuda_source": name}).encode()
+        return b"// ptx of " + name.encode()
 
 
 def backends(n, **kw):
     builds = remote.Builds()
-    return [remote.ChildBackend(FakeSession(**kw), "/trusted", builds=builds) for _ in range(n)]
+    return [remote.ChildBackend(FakeSession(**kw), builds=builds) for _ in range(n)]
 
 
 def ops(b):
@@ -46,18 +51,18 @@ def ops(b):
 def test_a_kernel_built_by_one_worker_is_not_built_again_by_another():
     a, b = backends(2)
     ka = a.call("build", [64, 64], {})["kernel"]
-    path = a.export(ka, "sm_90a")["path"]
+    code = a.export(ka, "sm_90a")["code"]
     kb = b.call("build", [64, 64], {})["kernel"]
-    assert kb == ka and b.export(kb, "sm_90a")["path"] == path
+    assert kb == ka and b.export(kb, "sm_90a")["code"] == code
     assert ops(a) == ["call", "export"] and ops(b) == []          # b's child was never started
     assert b.call("build", [128, 64], {})["kernel"] != ka            # other arguments: another kernel
 
 
-def test_a_library_for_another_arch_is_built_in_the_asking_workers_own_child():
+def test_device_code_for_another_arch_is_built_in_the_asking_workers_own_child():
     a, b = backends(2)
     k = a.call("build", [64, 64], {})["kernel"]
     a.export(k, "sm_90a")
-    assert b.export(k, "sm_100a")["path"].endswith(".so")
+    assert b.export(k, "sm_100a")["code"]["arch"] == "sm_100a"
     assert ops(b) == ["call", "export"] and b.session.sent[0]["args"] == [64, 64]
 
 
