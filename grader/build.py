@@ -185,7 +185,7 @@ def compile_only(kernel, arch: str, want_sass: bool = False) -> Artifacts:
     from . import devcode
     try:
         host, device = devcode.lower(kernel, arch)
-        src = devcode.cuda_source(device)
+        src = devcode.cuda_source(device, arch)
         plan = devcode.plan(kernel, host, device)
     except Exception as e:  # noqa: BLE001 - a TIRx parse/lowering error is the student's verdict
         raise BuildError(f"TIRx lowering for {arch} failed: {type(e).__name__}: {e}") from e

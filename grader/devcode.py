@@ -65,12 +65,29 @@ def lower(func, arch: str):
     return host_mod, device_mods
 
 
-def cuda_source(device_mods) -> str:
+def device_module(device_mods, arch: str):
+    """The CUDA runtime module of the device code (TVM compiles it where a CUDA compiler
+    callback is registered, for ``arch``: no GPU is asked which arch it is)."""
     from tvm.tirx.build import codegen_build
-    mods = [codegen_build(m, t) for t, m in device_mods.items() if len(m.functions)]
+    from . import build
+    with build.target(arch):
+        mods = [codegen_build(m, t) for t, m in device_mods.items() if len(m.functions)]
     if len(mods) != 1:
         raise HostCodeRefused(f"the kernel has {len(mods)} device modules; the grader launches one CUDA module")
-    return mods[0].inspect_source()
+    return mods[0]
+
+
+def cuda_source(device_mods, arch: str = "sm_90a") -> str:
+    return device_module(device_mods, arch).inspect_source()
+
+
+def _ptx_of(module) -> str | None:
+    """The PTX TVM made itself, when it made PTX (not a cubin)."""
+    try:
+        text = module.inspect_source("ptx")
+    except Exception:  # noqa: BLE001 - no PTX kept: compile the source instead
+        return None
+    return text if ".entry" in text and ".version" in text and "__global__" not in text else None
 
 
 # ---------------------------------------------------------------- the plan
@@ -305,9 +322,10 @@ def export(func, arch: str, out_stem: str) -> dict:
     ``<out_stem>.ptx`` (NVRTC's PTX of that source). Returns the file names."""
     from . import build
     host_mod, device_mods = lower(func, arch)
-    src = cuda_source(device_mods)
+    module = device_module(device_mods, arch)
+    src = module.inspect_source()
     p = plan(func, host_mod, device_mods)
-    ptx = build.nvrtc_ptx(src, arch)
+    ptx = _ptx_of(module) or build.nvrtc_ptx(src, arch)
     with open(out_stem + ".json", "w") as f:
         json.dump({"plan": p, "arch": arch, "cuda_source": src}, f)
     with open(out_stem + ".ptx", "w") as f:

@@ -7,9 +7,11 @@ no secret; it says which host folders the program may read (``ro``), which it ma
 
 1. New user (when not root), mount, network, IPC, UTS and PID namespaces (``unshare``). Without
    root the invoking user is mapped to itself, so the program keeps no capability once it runs.
-2. A fork: the child is PID 1 of the new PID namespace (when it ends, every process it started
-   ends with it; it cannot see or signal any process outside). The parent waits and passes the
-   exit status on; it dies with the grader (parent-death signal) and the child dies with it.
+2. A fork: the child is PID 1 of the new PID namespace (when it ends, every process in it ends
+   with it; none can see or signal a process outside). The parent waits and passes the exit
+   status on (a death by a signal as the same signal); it dies with the grader (parent-death
+   signal) and PID 1 dies with it. PID 1 forks the program (PID 2) at the end of step 4, reaps
+   orphans and ends with the program.
 3. A new root file system on a tmpfs: the allow-listed folders bound read-only at their own
    paths, the scratch folder read-write at ``/work``, fresh ``/tmp`` and ``/dev/shm``, a ``/dev``
    with the listed nodes only (no GPU unless listed), a ``/proc`` of the new PID namespace; then
@@ -144,7 +146,11 @@ def enter(cfg):
                 break
             except InterruptedError:
                 continue
-        os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status))
+        code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status)
+        if 128 < code < 128 + 65 and code != 128 + signal.SIGKILL:  # the program died of a signal: so do we
+            signal.signal(code - 128, signal.SIG_DFL)
+            os.kill(os.getpid(), code - 128)
+        os._exit(code)
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     mount(None, "/", None, MS_REC | MS_PRIVATE)
 
@@ -160,6 +166,27 @@ def lock_in(cfg):
     os.chdir(cfg.get("cwd", "/"))
 
 
+def init(pid):
+    """PID 1 of the namespace: reap every orphan until the program ends; exit with its status
+    (128 + the signal that killed it). The program is PID 2, so signals reach it as anywhere."""
+    libc.prctl(4, 0, 0, 0, 0)                      # PR_SET_DUMPABLE 0: no tracing of this process
+    for fd in range(3, 1024):
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    os.closerange(0, 3)
+    while True:
+        try:
+            done, status = os.waitpid(-1, 0)
+        except ChildProcessError:
+            os._exit(SETUP_FAILED)
+        except InterruptedError:
+            continue
+        if done == pid:
+            os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status))
+
+
 def main(argv):
     cfg = json.loads(argv[0])
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
@@ -167,6 +194,9 @@ def main(argv):
         enter(cfg)
         build_root(cfg)
         lock_in(cfg)
+        pid = os.fork()
+        if pid:
+            init(pid)
         os.execve(cfg["argv"][0], cfg["argv"], cfg["env"])
     except (SetupError, OSError) as e:
         sys.stderr.write(f"jail: {e}\n")

@@ -39,6 +39,7 @@ resource limits only, and every part's report says so (``measurements.sandbox``)
 """
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import functools
 import json
@@ -186,6 +187,7 @@ def allow_list(extra_ro: list[tuple[str, str]] = ()) -> dict:
 def course_copy() -> str:
     """The child's ``/course``: the grader modules it needs, copied (readable by any user)."""
     d = tempfile.mkdtemp(prefix="course-", dir=private_dir())
+    atexit.register(shutil.rmtree, d, True)
     os.chmod(d, 0o755)
     pkg = os.path.join(d, "grader")
     os.mkdir(pkg, 0o755)
@@ -225,21 +227,27 @@ def _preexec() -> None:
 def isolation_problem() -> str | None:
     """None when the jail works here, else why not and how to fix it (tried once per process)."""
     scratch = tempfile.mkdtemp(prefix="probe-", dir=private_dir())
-    uid, lock = claim_uid() if os.geteuid() == 0 else (os.geteuid(), None)
+    lock, root = None, None
     try:
+        uid, lock = claim_uid() if os.geteuid() == 0 else (os.geteuid(), None)
         if os.geteuid() == 0:
             os.chown(scratch, uid, uid)
         cfg = jail_config(scratch, ["/bin/sh", "-c", "test -w /sandbox && ! test -e " + json.dumps(REPO_ROOT)],
                           {"PATH": "/usr/bin:/bin"}, uid, Limits())
+        root = cfg["root"]
         out = subprocess.run(jail_command(cfg), capture_output=True, text=True, timeout=60, preexec_fn=_preexec)
-        shutil.rmtree(cfg["root"], ignore_errors=True)
+        rc, err = out.returncode, out.stderr
+    except (OSError, SandboxFailure, subprocess.SubprocessError) as e:
+        rc, err = -1, f"{type(e).__name__}: {e}"
     finally:
         if lock is not None:
             os.close(lock)
-        shutil.rmtree(scratch, ignore_errors=True)
-    if out.returncode == 0:
+        for d in (scratch, root):
+            if d:
+                shutil.rmtree(d, ignore_errors=True)
+    if rc == 0:
         return None
-    why = (out.stderr.strip().splitlines() or [f"exit status {out.returncode}"])[-1]
+    why = (err.strip().splitlines() or [f"exit status {rc}"])[-1]
     need = ("mount and PID namespaces as root" if os.geteuid() == 0 else
             "unprivileged user namespaces (with mount, network and PID namespaces)")
     return (f"grading needs {need} to isolate the students' code, and this machine refused ({why}). "

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from grader import artifact, build, hardware, inputs, inspect, report, run, sandbox
+from grader import build, hardware, inputs, inspect, report, run, sandbox
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 STUDENT = os.path.join(ROOT, "assignments", "lab1_roofline", "lab1_roofline.ipynb")
@@ -53,10 +53,8 @@ def _grade(nb, parts=("a_flops",), seed=inputs.PUBLIC_SEED):
 
 
 def _isolated() -> bool:
-    """Root with mount namespaces: the child gets its own user and a filtered view of the files."""
-    import shutil
-    return (os.geteuid() == 0 and shutil.which("unshare") is not None
-            and subprocess.run(["unshare", "-m", "true"], capture_output=True).returncode == 0)
+    """Root with namespaces: the child gets its own user besides its own view of the files."""
+    return os.geteuid() == 0 and sandbox.isolation_problem() is None
 
 
 # ---------------------------------------------------------------- control
@@ -141,7 +139,7 @@ def test_a_process_that_outlives_the_grader_cannot_rewrite_the_report(tmp_path):
     first = report_path.read_text()
     time.sleep(6)                                   # the daemon would have written by now
     assert report_path.read_text() == first and json.loads(first)["points"] == 0
-    assert not marker.exists() or not _isolated()   # as its own user it cannot write outside its scratch
+    assert not marker.exists()                      # the jail has no path to the grader's folders
     survivors = subprocess.run(["pgrep", "-x", "forger-d41d8"], capture_output=True, text=True).stdout.split()
     assert survivors == [], "a child process outlived the grader"
 
@@ -169,7 +167,6 @@ def test_the_secret_seed_appears_in_no_output(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not _isolated(), reason="hiding files from the child needs root (a mount namespace)")
 def test_reference_answers_and_solutions_are_out_of_reach(tmp_path):
     body = ("import importlib\n"
             "try:\n"
@@ -283,43 +280,9 @@ def test_comments_cannot_satisfy_a_mechanism_check():
         assert not c.ok, c.message
 
 
-def test_cuda_sources_may_not_include_files():
-    for bad in ('#include "/proc/self/environ"\n', "#include </etc/passwd>\n", '#include "../secret.h"\n'):
-        with pytest.raises(build.BuildError, match="includes"):
-            build.check_source(bad + "__global__ void k() {}\n")
-    build.check_source("#include <cuda_fp16.h>\n#include <cuda/std/cstdint>\n__global__ void k() {}\n")
-
-
-def _shared_lib(tmp_path, code):
-    c, so = tmp_path / "lib.c", tmp_path / "lib.so"
-    c.write_text(code)
-    subprocess.run(["gcc", "-shared", "-fPIC", "-O1", "-o", str(so), str(c)], check=True)
-    return str(so)
-
-
-@pytest.mark.skipif(not all(map(__import__("shutil").which, ("gcc", "nm", "objdump", "readelf"))),
-                    reason="needs gcc and binutils")
-@pytest.mark.parametrize("code, why", [
-    ('#include <stdlib.h>\nint __tvm_ffi_main(void) { return system("touch /tmp/x"); }\n', "outside TVM's runtime"),
-    ('int __tvm_ffi_main(void) { long r; __asm__ volatile("syscall" : "=a"(r) : "a"(39)); return (int)r; }\n',
-     "system-call"),
-    ('const char* name = "testing.echo";\nint __tvm_ffi_main(void) { return name[0]; }\n', "packed functions"),
-])
-def test_kernel_libraries_that_could_run_host_code_are_rejected(tmp_path, code, why):
-    so = _shared_lib(tmp_path, code)
-    with pytest.raises(artifact.Rejected, match=why):
-        artifact.vet(so, {"testing.echo", "__tvm_set_device"})
-
-
-@pytest.mark.skipif(not __import__("shutil").which("gcc"), reason="needs gcc")
-def test_a_plain_library_passes_the_vetting(tmp_path):
-    so = _shared_lib(tmp_path, 'int __tvm_ffi_main(void) { return 0; }\n')
-    assert artifact.vet(so, {"testing.echo"}) == ["__tvm_ffi_main"]
-
-
 @pytest.mark.slow
 def test_a_builder_that_returns_no_kernel_gets_nothing(tmp_path):
-    """The kernel parts take a kernel library from the child, never a Python callable."""
+    """The kernel parts take PTX and a launch plan from the child, never a Python callable."""
     nb = _notebook(tmp_path, "return lambda *args: None", base=STUDENT, marker='todo("b_kernel")')
     r = _grade(nb, parts=("b_build",))["b_build"]
     assert r.points == 0, r.message
@@ -344,10 +307,8 @@ def test_sandbox_level_is_what_the_machine_allows(tmp_path):
     s = sandbox.ChildSession(str(m))
     try:
         s.start(120)
-        if _isolated():
-            assert s.level.startswith(("mount namespace + own user", "own user", "rlimits only (no mount namespace")), s.level
-        else:
-            assert s.level == "rlimits"
+        assert s.level == ("jail: namespaces, allow-listed files, own user" if os.geteuid() == 0 else
+                           "jail: user namespace, allow-listed files"), s.level
     finally:
         s.close()
     assert s.scratch is None
@@ -362,27 +323,13 @@ def test_a_grading_run_leaves_no_temporary_folders(tmp_path, monkeypatch):
     nb = _notebook(tmp_path, "return -1")
     res = _grade(nb, parts=("a_flops", "b_build"))
     assert res["a_flops"].verdict == report.FAILED, res["a_flops"].message      # it really ran
-    assert os.listdir(scratch) == []
-
-
-@pytest.mark.skipif(os.geteuid() != 0, reason="the fallback concerns a grader running as root")
-def test_without_mount_namespaces_the_child_still_runs_and_says_how(tmp_path, monkeypatch):
-    def refuse(*a):
-        raise sandbox.NamespaceUnavailable(1, "Operation not permitted")
-    monkeypatch.setattr(sandbox, "_isolate_mounts", refuse)     # the forked child inherits this
-    m = tmp_path / "submission.py"
-    m.write_text("# ---- cell 1\ndef f():\n    return 7\n")
-    s = sandbox.ChildSession(str(m))
-    try:
-        s.start(120)
-        assert "no mount namespace" in s.level, s.level
-        assert s.request({"op": "call", "name": "f", "args": []}, 30) == {"value": 7}
-    finally:
-        s.close()
+    left = os.listdir(scratch)
+    assert left in ([], [f"grader-private-{os.geteuid()}"]), left                 # the grader's lock folder
+    for root, dirs, files in os.walk(scratch):                                   # holds locks only
+        assert all(f.endswith(".lock") for f in files) and root.count(os.sep) - str(scratch).count(os.sep) <= 1, (root, dirs, files)
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not _isolated(), reason="hiding files from the child needs root (a mount namespace)")
 def test_other_students_notebooks_are_out_of_reach(tmp_path):
     """A class's submissions folder (what `grader batch` hides): copying a classmate's answer
     from there fails."""
@@ -404,3 +351,327 @@ def test_other_students_notebooks_are_out_of_reach(tmp_path):
     assert p.returncode == 0, p.stderr
     r = json.loads(rep.read_text())["results"][0]
     assert r["points"] == 0 and ("No such file" in r["message"] or "Permission denied" in r["message"]), r["message"]
+
+
+# ---------------------------------------------------------------- the jail (grader v3)
+# Each test below is an attack that gave full marks or read the key before the jail: the child
+# saw the whole machine but a list of hidden folders, shared /tmp with the grader, and handed
+# over a shared library that the GPU harness loaded.
+
+def _raise_found(paths, extra=""):
+    """A body for op_flops: tries to read each path and raises with those it could read."""
+    return ("import os\nfound = []\n"
+            f"for p in {paths!r}:\n"
+            "    try:\n"
+            "        with open(p, 'rb') as f:\n"
+            "            f.read(64)\n"
+            "        found.append(p)\n"
+            "    except OSError:\n"
+            "        pass\n" + extra +
+            "raise RuntimeError('readable: ' + repr(found))")
+
+
+@pytest.mark.slow
+def test_the_child_reads_nothing_of_the_course_but_what_it_is_given(tmp_path):
+    """The answer key by every route: the solutions, the reference answers of the grader, the
+    checkout's .git, another checkout of the course, a gradebook, the grader's home."""
+    other = tmp_path / "other-checkout" / "solutions"
+    other.mkdir(parents=True)
+    (other / "lab1_roofline.ipynb").write_text("{}")
+    gradebook = tmp_path / "course" / "gradebook.db"
+    gradebook.parent.mkdir()
+    gradebook.write_text("alice@example.edu")
+    paths = [os.path.join(ROOT, "solutions", "lab1_roofline", "lab1_roofline.ipynb"),
+             os.path.join(ROOT, "grader", "labs", "lab1_roofline.py"), os.path.join(ROOT, ".git", "HEAD"),
+             os.path.join(ROOT, "README.md"), str(other / "lab1_roofline.ipynb"), str(gradebook),
+             os.path.expanduser("~/.bashrc"), "/etc/shadow", "/etc/hostname"]
+    git = ("import subprocess\n"
+           "try:\n"
+           f"    out = subprocess.run(['git', '-C', {ROOT!r}, 'show', 'HEAD:README.md'], capture_output=True).stdout\n"
+           "    found += ['git show'] if out else []\n"
+           "except OSError:\n"
+           "    pass\n"
+           "found += [d for d in os.listdir('/') if d not in ('bin', 'sbin', 'lib', 'lib32', 'lib64', 'libx32', 'usr',\n"
+           "          'etc', 'dev', 'proc', 'tmp', 'sandbox', 'course', 'opt') and not any(\n"
+           "          p.startswith('/' + d + '/') for p in __import__('sys').path)]\n")
+    r = _grade(_notebook(tmp_path, _raise_found(paths, git)))["a_flops"]
+    assert "readable: []" in r.message, r.message
+
+
+@pytest.mark.slow
+def test_files_planted_in_tmp_and_shm_never_reach_the_grader(tmp_path):
+    """A fake `grader` package in /tmp (the harness once ran with /tmp as its working folder),
+    files in /dev/shm and lock folders: the child's /tmp and /dev/shm are its own."""
+    tag = f"planted-{os.getpid()}-{time.monotonic_ns()}"
+    body = ("import os\n"
+            f"os.makedirs('/tmp/grader-{tag}/grader', exist_ok=True)\n"
+            f"open('/tmp/grader-{tag}/grader/harness.py', 'w').write('raise SystemExit')\n"
+            f"open('/dev/shm/{tag}', 'w').write('x')\n"
+            f"os.makedirs('/tmp/grader-private-{tag}', exist_ok=True)\n"
+            "return -1")
+    r = _grade(_notebook(tmp_path, body))["a_flops"]
+    assert "got -1" in r.message, r.message                     # the planting ran without an error
+    for p in (f"/tmp/grader-{tag}", f"/dev/shm/{tag}", f"/tmp/grader-private-{tag}"):
+        assert not os.path.exists(p), p
+
+
+def test_trusted_processes_import_nothing_from_their_working_folder(tmp_path):
+    marker = tmp_path / "imported"
+    (tmp_path / "grader").mkdir()
+    (tmp_path / "grader" / "__init__.py").write_text(f"open({str(marker)!r}, 'w').write('x')\n")
+    (tmp_path / "grader" / "cli.py").write_text(f"open({str(marker)!r}, 'w').write('x')\n")
+    p = subprocess.run(sandbox.trusted_command("cli", "--help"), cwd=tmp_path, capture_output=True, text=True,
+                       env=dict(os.environ, PYTHONPATH=str(tmp_path)), timeout=120)
+    assert p.returncode == 0 and "usage" in p.stdout, p.stderr
+    assert not marker.exists()
+
+
+def _evil_library(tmp_path) -> bytes:
+    """A shared library whose constructor would write a marker: what a forged kernel library did."""
+    import shutil
+    if shutil.which("gcc") is None:
+        pytest.skip("needs gcc to make the forged library")
+    marker = tmp_path / "constructor-ran"
+    c = tmp_path / "evil.c"
+    c.write_text("#include <stdio.h>\n__attribute__((constructor)) static void pwn(void) {\n"
+                 f'  FILE* f = fopen("{marker}", "w"); if (f) {{ fputs("x", f); fclose(f); }}\n}}\n'
+                 "int __tvm_ffi_main(void) { return 0; }\n")
+    so = tmp_path / "evil.so"
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(so), str(c)], check=True)
+    return so.read_bytes()
+
+
+def _forging_cell(files: dict[str, bytes], reply: dict) -> str:
+    """A module cell that replaces the child's kernel export: it writes ``files`` and answers
+    ``reply`` (names of files in the scratch folder) whatever kernel is asked for."""
+    import base64
+    blobs = {k: base64.b64encode(v).decode() for k, v in files.items()}
+    return ("import base64, os, grader.devcode as _d\n"
+            f"_blobs = {blobs!r}\n"
+            "def _forged(func, arch, stem):\n"
+            "    d = os.path.dirname(stem)\n"
+            "    for name, b in _blobs.items():\n"
+            "        open(os.path.join(d, name), 'wb').write(base64.b64decode(b))\n"
+            f"    return {{k: os.path.join(d, v) for k, v in {reply!r}.items()}}\n"
+            "_d.export = _forged\n")
+
+
+@pytest.mark.slow
+def test_a_forged_library_is_never_loaded(tmp_path):
+    """The child hands over a shared library instead of PTX and a plan: the grader reads files
+    as data only, so the build part errs and the library's constructor never runs."""
+    so = _evil_library(tmp_path)
+    nb = _extra_cell(_notebook(tmp_path, "return -1", base=SOLUTION, marker='kind = op["kind"]'),
+                     _forging_cell({"k.so": so}, {"json": "k.so", "ptx": "k.so"}))
+    r = _grade(nb, parts=("b_build",))["b_build"]
+    assert r.points == 0 and r.verdict == report.ERROR, r.message
+    assert not (tmp_path / "constructor-ran").exists()
+
+
+_TRIVIAL_PTX = (".version 8.0\n.target sm_90a\n.address_size 64\n"
+                "// LDG.E.128 STG.E.128 ld.global.v4.u32 st.global.v4.u32\n"
+                ".visible .entry k(.param .u64 k_param_0, .param .u64 k_param_1, .param .u64 k_param_2,"
+                " .param .f32 k_param_3)\n{\n ret;\n}\n")
+
+
+def _trivial_plan(n=1048576):
+    t = {"kind": "tensor", "shape": [n], "dtype": "float16"}
+    return {"version": 1, "signature": [dict(t, name="x"), dict(t, name="y"), dict(t, name="out"),
+                                        {"name": "alpha", "kind": "scalar", "dtype": "float32"}],
+            "tensormaps": [], "launches": [{"name": "k", "grid": [1, 1, 1], "block": [32, 1, 1], "cluster": [1, 1, 1],
+                                            "shared_bytes": 0, "args": [{"tensor": 0, "offset": 0}, {"tensor": 1, "offset": 0},
+                                                                        {"tensor": 2, "offset": 0},
+                                                                        {"scalar": 3, "dtype": "float32"}]}]}
+
+
+@pytest.mark.slow
+def test_forged_device_code_cannot_satisfy_a_mechanism_check(tmp_path):
+    """CUDA source that shows every mechanism, PTX that names them in comments, a kernel that
+    does nothing: the checks read the SASS of the grader's own assembly of that PTX."""
+    meta = json.dumps({"plan": _trivial_plan(), "arch": "sm_90a",
+                       "cuda_source": "// LDG.E.128 STG.E.128\n__global__ void k() { asm(\"ld.global.v4.u32\"); }\n"})
+    files = {"k.json": meta.encode(), "k.ptx": _TRIVIAL_PTX.encode()}
+    nb = _extra_cell(_notebook(tmp_path, "return -1", base=SOLUTION, marker='kind = op["kind"]'),
+                     _forging_cell(files, {"json": "k.json", "ptx": "k.ptx"}))
+    r = _grade(nb, parts=("b_build",))["b_build"]
+    assert r.points == 0 and "MISSING" in r.message, r.message
+
+
+@pytest.mark.slow
+def test_include_tricks_read_nothing_outside_the_jail(tmp_path, monkeypatch):
+    """#include spelled with comments, line splices and digraphs: CUDA text is compiled by NVRTC
+    inside the student's jail, where the files it names do not exist."""
+    import dataclasses
+
+    from grader import spec
+    lab = spec.load("lab1_roofline")
+    slow = dataclasses.replace(lab, parts=tuple(dataclasses.replace(p, timeout_s=600) for p in lab.parts))
+    monkeypatch.setattr(spec, "load", lambda name: slow)
+    sol = os.path.join(ROOT, "solutions", "lab1_roofline", "lab1_roofline.ipynb")
+    spellings = [f'# /* */ include "{sol}"', f'#inc\\\nlude "{sol}"', f'%:include "/proc/{os.getpid()}/environ"']
+    body = ("from grader import build\nreached = 0\n"
+            f"for inc in {spellings!r}:\n"
+            "    try:\n"
+            "        build.nvrtc_ptx(inc + '\\n__global__ void k() {}\\n', 'sm_90a')\n"
+            "        reached += 1\n"
+            "    except Exception as e:\n"
+            "        reached += 'cannot open source file' not in str(e)\n"
+            "return -1 - 1000 * reached")
+    r = _grade(_notebook(tmp_path, body))["a_flops"]
+    assert "got -1," in r.message, r.message
+
+
+@pytest.mark.slow
+def test_the_child_has_no_network(tmp_path):
+    import socket
+    import threading
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(4)
+    srv.settimeout(0.5)
+    port, accepted = srv.getsockname()[1], []
+
+    def serve():
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not accepted:
+            try:
+                accepted.append(srv.accept())
+            except (socket.timeout, OSError):
+                pass
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    body = ("import socket\nfor host in ('127.0.0.1', 'localhost'):\n"
+            "    try:\n"
+            f"        socket.create_connection((host, {port}), timeout=3).sendall(b'answers')\n"
+            "        return 1\n"
+            "    except OSError:\n"
+            "        pass\n"
+            "return -1")
+    try:
+        r = _grade(_notebook(tmp_path, body))["a_flops"]
+    finally:
+        accepted.append(None) if not accepted else None
+        t.join(5)
+        srv.close()
+    assert "got -1," in r.message and accepted == [None], r.message
+
+
+def test_without_namespaces_grading_refuses_unless_told_not_to(tmp_path):
+    """A container that maps only root (no user id for the child, no way to jail it): `check`
+    stops with the missing feature and the fix; --unsafe-no-sandbox grades and says so per part."""
+    import shutil
+    if shutil.which("unshare") is None or subprocess.run(["unshare", "--user", "--map-root-user", "true"],
+                                                          capture_output=True).returncode != 0:
+        pytest.skip("cannot make a user namespace here to play the part of such a container")
+    cmd = ["unshare", "--user", "--map-root-user", sys.executable, "-m", "grader", "check", "lab1_roofline",
+           "--part", "a_flops", "--json", str(tmp_path / "r.json")]
+    env = dict(os.environ, GRADER_CPU_ONLY="1", GRADER_SEED_KEY_FILE=str(tmp_path / "key"))
+    p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 3 and "namespaces" in p.stderr and "--unsafe-no-sandbox" in p.stderr, p.stderr
+    assert not (tmp_path / "r.json").exists()
+    p = subprocess.run(cmd + ["--unsafe-no-sandbox"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    res = json.loads((tmp_path / "r.json").read_text())["results"]
+    assert res[0]["points"] == 2 and res[0]["measurements"]["sandbox"].startswith("NONE"), res
+
+
+@pytest.mark.slow
+def test_as_an_ordinary_user_the_child_is_jailed_in_a_user_namespace(tmp_path):
+    """Graded by an ordinary user: the child still sees only the allow-list (it once rewrote
+    grader/labs/common.py and ~/.bashrc of that user)."""
+    import pwd
+    try:
+        nobody = pwd.getpwnam("nobody")
+    except KeyError:
+        pytest.skip("no user 'nobody'")
+    if os.geteuid() != 0:
+        pytest.skip("needs root to act as another user")
+    probe = subprocess.run(["setpriv", f"--reuid={nobody.pw_uid}", f"--regid={nobody.pw_gid}", "--clear-groups",
+                            sys.executable, "-c", "import subprocess, sys; subprocess.run([sys.executable, '-c', "
+                            f"'import grader, torch, tvm; open({os.path.join(ROOT, 'README.md')!r})'], check=True)"],
+                           cwd="/", capture_output=True, env=dict(os.environ, PYTHONPATH=ROOT))
+    if probe.returncode != 0:
+        pytest.skip("the interpreter or the checkout is not readable by an ordinary user on this machine")
+    home = tmp_path / "home"
+    home.mkdir()
+    os.chown(home, nobody.pw_uid, nobody.pw_gid)
+    os.chmod(tmp_path, 0o755)
+    nb = _notebook(tmp_path, _raise_found([os.path.join(ROOT, "README.md"), str(home)]))
+    os.chmod(os.path.dirname(nb), 0o755)
+    os.chmod(nb, 0o644)
+    rep = home / "r.json"
+    p = subprocess.run(["setpriv", f"--reuid={nobody.pw_uid}", f"--regid={nobody.pw_gid}", "--clear-groups",
+                        sys.executable, "-m", "grader", "check", "lab1_roofline", "--part", "a_flops",
+                        "--submission", nb, "--json", str(rep)], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                       env=dict(os.environ, HOME=str(home), PYTHONPATH=ROOT, GRADER_CPU_ONLY="1"))
+    assert p.returncode == 0, p.stdout + p.stderr
+    r = json.loads(rep.read_text())["results"][0]
+    assert "readable: []" in r["message"] and r["measurements"]["sandbox"] == "jail: user namespace, allow-listed files"
+
+
+def test_any_string_is_a_secret_seed_and_a_small_one_cannot_be_brute_forced(tmp_path, monkeypatch):
+    """The secret seed is any string, derived by HMAC-SHA256 under a course key: a small integer's
+    hidden cases cannot be reproduced by trying candidates without the key."""
+    from grader.labs import lab1_roofline
+    from grader import spec
+    from grader.context import Context
+    monkeypatch.setenv("GRADER_SEED_KEY_FILE", str(tmp_path / "seed.key"))
+    seed = inputs.derive_secret("7")
+    assert seed.bit_length() > 128 and inputs.derive_secret("correct horse") != seed
+    assert oct(os.stat(tmp_path / "seed.key").st_mode & 0o777) == "0o600"
+    lab = spec.load("lab1_roofline")
+    ctx = Context(lab, lab.part("a_flops"), seed, hardware.detect())
+    hidden = lab1_roofline.op_cases(ctx)[len(lab1_roofline.PUBLIC_OPS):]
+    assert hidden
+
+    def first_hidden(s):
+        return lab1_roofline.op_cases(Context(lab, lab.part("a_flops"), s, hardware.detect()))[len(lab1_roofline.PUBLIC_OPS)]
+    monkeypatch.setenv("GRADER_SEED_KEY_FILE", str(tmp_path / "attacker.key"))
+    tried = [first_hidden(s) for s in range(2000)] + [first_hidden(inputs.derive_secret(str(s))) for s in range(200)]
+    assert hidden[0] not in tried
+
+
+@pytest.mark.slow
+def test_a_word_as_the_secret_seed_grades(tmp_path):
+    rep = tmp_path / "r.json"
+    p = subprocess.run([sys.executable, "-m", "grader", "check", "lab1_roofline", "--part", "a_flops", "--json", str(rep)],
+                       cwd=ROOT, capture_output=True, text=True, timeout=300,
+                       env=dict(os.environ, GRADER_CPU_ONLY="1", GRADER_SECRET_SEED="correct horse battery staple",
+                                GRADER_SEED_KEY_FILE=str(tmp_path / "k")))
+    assert p.returncode == 0, p.stderr
+    data = json.loads(rep.read_text())
+    assert data["results"][0]["points"] == 2 and data["seed"].startswith("secret"), data["seed"]
+
+
+@pytest.mark.slow
+def test_feedback_never_shows_a_hidden_case(tmp_path):
+    """Right on the public cases, and on a hidden one it returns its input: the message names
+    the hidden case by number only, so resubmitting cannot collect hidden inputs or answers."""
+    from grader.labs import lab1_roofline
+    honest = ('k = op["kind"]\n'
+              f'if op not in {lab1_roofline.PUBLIC_OPS!r}:\n    return repr(op)\n'
+              'if k == "elementwise":\n    return op["n"] * op["flops_per_element"]\n'
+              'if k == "reduction":\n    return op["rows"] * op["cols"]\n'
+              'if k == "gemm":\n    return 2 * op["m"] * op["n"] * op["k"]\n'
+              'f = 4 * op["batch"] * op["heads"] * op["seq"] ** 2 * op["head_dim"]\n'
+              'return f / 2 if op["causal"] else f')
+    r = _grade(_notebook(tmp_path, honest), seed=123456789)["a_flops"]
+    assert r.points < 2 and "hidden case #1" in r.message, r.message
+    assert "kind" not in r.message and "expected" not in r.message, r.message
+    pub = ('return -1')
+    r = _grade(_notebook(tmp_path, pub), seed=123456789)["a_flops"]
+    assert "'kind': 'elementwise'" in r.message and "expected" in r.message, r.message   # public: everything
+
+
+@pytest.mark.gpu
+def test_a_forged_library_gets_nothing_on_the_gpu(tmp_path):
+    """On the GPU parts too, the harness loads no file of the child's as code: a library whose
+    constructor would patch the harness gets 0 on every GPU part, and its constructor never runs."""
+    so = _evil_library(tmp_path)
+    meta = json.dumps({"plan": _trivial_plan(), "arch": build.device_arch(), "cuda_source": ""})
+    files = {"k.so": so, "k.json": meta.encode()}
+    nb = _extra_cell(_notebook(tmp_path, "return -1", base=SOLUTION, marker='kind = op["kind"]'),
+                     _forging_cell(files, {"json": "k.json", "ptx": "k.so"}))
+    res = _grade(nb, parts=("b_correct", "b_speed"))
+    assert all(r.points == 0 for r in res.values()), [r.message for r in res.values()]
+    assert not (tmp_path / "constructor-ran").exists()
