@@ -156,7 +156,8 @@ def launch_submitted(ref, arch: str | None = None):
         return None, code["cuda_source"]
     from . import launch
     cubin, _ = assembled(code["ptx"], arch)
-    key = (cubin, arch)
+    import json
+    key = (cubin, arch, json.dumps(code["plan"], sort_keys=True))     # kernels of two shapes may share a cubin
     if key not in _LOADED:
         try:
             _LOADED[key] = launch.Kernel(code["plan"], cubin, code["ptx"])
