@@ -180,6 +180,12 @@ class Child:
         figure = draw(self._fn(req["name"]), req.get("args", []), path)
         return {"figure": figure, "png_bytes": os.path.getsize(path) if os.path.exists(path) else 0}
 
+    def student_frames(self, e: BaseException) -> str:
+        """The traceback of ``e`` through the notebook's cells only (the grader's frames say
+        nothing to a student), at most the last four."""
+        frames = [f for f in traceback.extract_tb(e.__traceback__) if f.filename == self.module_path]
+        return "".join(traceback.format_list(frames[-4:]))[-4000:]
+
     def serve(self) -> None:
         channel.send(self.sock, {"ready": True, "cell_errors": self.cell_errors})
         while True:
@@ -192,8 +198,8 @@ class Child:
             except BaseException as e:  # noqa: BLE001 - SystemExit and KeyboardInterrupt included
                 msg = str(e)
                 todo = isinstance(e, NotImplementedError) or "is not implemented yet" in msg
-                tb = "".join(traceback.format_exception(type(e), e, e.__traceback__, limit=-4))
-                reply = {"error": type(e).__name__, "message": msg[:4000], "traceback": tb[-4000:], "todo": todo}
+                reply = {"error": type(e).__name__, "message": msg[:4000], "traceback": self.student_frames(e),
+                         "todo": todo}
             channel.send(self.sock, reply)
 
 

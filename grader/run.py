@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -164,6 +165,26 @@ class Harness:
                              f"of its launch: {sandbox.HANG_HINT}. The process was killed.")
             elif "result" in msg:
                 return report.PartResult(**msg["result"])
+
+
+_MISSING = re.compile(r"the notebook defines no (\w+)\(\)")
+
+
+def explain(message: str, module: submission.Module, cell_errors: list[str]) -> str:
+    """A part's message with its cause first: a function the notebook does not define because
+    its cell was left out (a syntax error) or raised when run is said as that cell's problem,
+    once, in place of the missing name."""
+    m = _MISSING.search(message)
+    if not m:
+        return message
+    name = m.group(1)
+    cause = module.cause_of_missing(name)
+    if cause is None:
+        raised = [c.splitlines()[0] for c in cell_errors]
+        if raised:
+            cause = (f"{name}() is not defined; cells that raised when run (the first may be why): "
+                     + " | ".join(raised[:3]))
+    return cause or message
 
 
 def _perf_trials(first: report.PartResult, again: Callable[[], report.PartResult]) -> report.PartResult:
@@ -388,11 +409,7 @@ def check_lab(lab: str, submission_path: str | None, seed: int, device: hardware
                 w.backend.deadline = start + part.timeout_s
                 ctx = Context(lab_spec, part, seed, device, public_only=public_only)
                 res = outcome_to_result(ctx, lambda: labs.grade(lab, part.id, remote.RemoteSubmission(w.backend), ctx))
-            res.message = module.relocate(res.message)
-            if module.problems and res.verdict in (report.ERROR, report.FAILED):
-                res.message += "\nCells left out of your module: " + " | ".join(module.problems)
-            if w.backend.cell_errors and res.verdict in (report.ERROR, report.FAILED):
-                res.message += "\nCells that raised when run: " + " | ".join(c.splitlines()[0] for c in w.backend.cell_errors)
+            res.message = explain(module.relocate(res.message), module, w.backend.cell_errors)
             res.measurements["elapsed_s"] = round(time.monotonic() - start, 3)
             res.measurements.setdefault("sandbox", w.session.level)
             results[part.id] = res

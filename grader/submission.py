@@ -58,6 +58,15 @@ class Module:
     cells: list[Cell]
     starts: list[int]                  # first line of each cell's code in the module file
     problems: list[str]                # cells that could not be used, said per cell
+    left_out: dict = dataclasses.field(default_factory=dict)   # cell label -> (its source, why it was left out)
+
+    def cause_of_missing(self, name: str) -> str | None:
+        """Why the module has no ``name``: the left-out cell that defines it, and why."""
+        pattern = re.compile(rf"^\s*(?:async\s+)?(?:def|class)\s+{re.escape(name)}\b|^\s*{re.escape(name)}\s*=", re.M)
+        for label, (source, why) in self.left_out.items():
+            if pattern.search(source):
+                return f"{label}: {why}, so {name}() is not defined: fix that cell"
+        return None
 
     def locate(self, line: int) -> str:
         """Module line -> "cell N (grade id), line M"."""
@@ -138,23 +147,27 @@ def write_module(notebook_path: str, out_dir: str) -> Module:
     path = os.path.join(out_dir, f"{MODULE_NAME}.py")
     lines: list[str] = []
     starts = []
+    left_out = {}
     for cell in cells:
         src = _strip_magics(cell.source)
         try:
             compile(src, cell.label, "exec")
         except SyntaxError as e:
-            problems.append(f"{cell.label}: syntax error at line {e.lineno}: {e.msg}; this cell was left out, "
-                            "so the parts that need its definitions fail")
+            why = f"{type(e).__name__} at line {e.lineno}: {e.msg}"
+            problems.append(f"{cell.label}: {why}; this cell was left out, so the parts that need its "
+                            "definitions fail")
+            left_out[cell.label] = (cell.source, why)
             src = ""
         except ValueError as e:          # null bytes and the like
             problems.append(f"{cell.label}: cannot be compiled ({e}); left out")
+            left_out[cell.label] = (cell.source, f"cannot be compiled ({e})")
             src = ""
         lines.append(f"# ---- {cell.label}")
         starts.append(len(lines) + 1)
         lines.extend(src.splitlines())
     with open(path, "w", encoding="utf-8") as f:
         f.write("\n".join(lines) + "\n")
-    return Module(path, cells, starts, problems)
+    return Module(path, cells, starts, problems, left_out)
 
 
 def _code_only(src: str) -> str:

@@ -260,7 +260,9 @@ def test_a_comment_or_a_syntax_error_costs_only_its_own_part(tmp_path):
                                             parts=["a_flops", "a_bytes", "a_predict"], progress=lambda m: None,
                                             notes=notes)}
     assert res["a_flops"].verdict == report.FAILED          # a wrong answer, not a rejected lab
-    assert "op_bytes" in res["a_bytes"].message and "syntax error" in " ".join(notes)
+    assert res["a_bytes"].message.startswith("cell ") and "(a_bytes): SyntaxError at line 1" in res["a_bytes"].message
+    assert "op_bytes() is not defined" in res["a_bytes"].message and "SyntaxError" in " ".join(notes)
+    assert "child.py" not in json.dumps([r.to_dict() for r in res.values()])       # no grader frames
     assert any(n.startswith("cell ") and "(a_bytes)" in n for n in notes)
     assert "submission.py" not in json.dumps([r.to_dict() for r in res.values()]) + json.dumps(notes)
     assert "op_bytes" in res["a_predict"].message           # predict needs op_bytes: that part fails too
@@ -442,8 +444,9 @@ def _evil_library(tmp_path) -> bytes:
 
 
 def _forging_cell(files: dict[str, bytes], reply: dict) -> str:
-    """A module cell that replaces the child's kernel export: it writes ``files`` and answers
-    ``reply`` (names of files in the scratch folder) whatever kernel is asked for."""
+    """A module cell that replaces the child's kernel export: it writes ``files`` (with __ARCH__
+    replaced by the arch asked for) and answers ``reply`` (names of files in the scratch folder)
+    whatever kernel is asked for."""
     import base64
     blobs = {k: base64.b64encode(v).decode() for k, v in files.items()}
     return ("import base64, os, grader.devcode as _d\n"
@@ -451,7 +454,7 @@ def _forging_cell(files: dict[str, bytes], reply: dict) -> str:
             "def _forged(func, arch, stem):\n"
             "    d = os.path.dirname(stem)\n"
             "    for name, b in _blobs.items():\n"
-            "        open(os.path.join(d, name), 'wb').write(base64.b64decode(b))\n"
+            "        open(os.path.join(d, name), 'wb').write(base64.b64decode(b).replace(b'__ARCH__', arch.encode()))\n"
             f"    return {{k: os.path.join(d, v) for k, v in {reply!r}.items()}}\n"
             "_d.export = _forged\n")
 
@@ -468,7 +471,7 @@ def test_a_forged_library_is_never_loaded(tmp_path):
     assert not (tmp_path / "constructor-ran").exists()
 
 
-_TRIVIAL_PTX = (".version 8.0\n.target sm_90a\n.address_size 64\n"
+_TRIVIAL_PTX = (".version 8.0\n.target __ARCH__\n.address_size 64\n"
                 "// LDG.E.128 STG.E.128 ld.global.v4.u32 st.global.v4.u32\n"
                 ".visible .entry k(.param .u64 k_param_0, .param .u64 k_param_1, .param .u64 k_param_2,"
                 " .param .f32 k_param_3)\n{\n ret;\n}\n")
@@ -488,7 +491,7 @@ def _trivial_plan(n=1048576):
 def test_forged_device_code_cannot_satisfy_a_mechanism_check(tmp_path):
     """CUDA source that shows every mechanism, PTX that names them in comments, a kernel that
     does nothing: the checks read the SASS of the grader's own assembly of that PTX."""
-    meta = json.dumps({"plan": _trivial_plan(), "arch": "sm_90a",
+    meta = json.dumps({"plan": _trivial_plan(), "arch": "__ARCH__",
                        "cuda_source": "// LDG.E.128 STG.E.128\n__global__ void k() { asm(\"ld.global.v4.u32\"); }\n"})
     files = {"k.json": meta.encode(), "k.ptx": _TRIVIAL_PTX.encode()}
     nb = _extra_cell(_notebook(tmp_path, "return -1", base=SOLUTION, marker='kind = op["kind"]'),
