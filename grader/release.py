@@ -487,7 +487,7 @@ def _capture(lab_module, lab: str, part, ctx) -> dict:
     def add(name, args, expected):
         cases.setdefault(name, []).append((tuple(args), expected))
 
-    def grade_cases(fn, table, same=None, label=None):
+    def grade_cases(fn, table, same=None, label=None, public=None):
         for args, expected in table:
             if isinstance(fn, _Recording):
                 add(fn.name, args, expected)
@@ -502,7 +502,7 @@ def _capture(lab_module, lab: str, part, ctx) -> dict:
         return Outcome(1.0, "recorded", {"cases": len(table), "right": len(table)})
 
     def grade_named(fns, table):
-        for name, args, expected in table:
+        for name, args, expected, *_ in table:
             add(getattr(fns[name], "name", name), args, expected)
         return Outcome(1.0, "recorded", {"cases": len(table), "right": len(table)})
 
