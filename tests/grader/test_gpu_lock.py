@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from grader import run
+from grader import sandbox, run
 
 
 def _probe_lock(monkeypatch, tmp_path):
@@ -39,13 +39,15 @@ def test_correctness_parts_share_the_gpu_and_timed_parts_do_not(monkeypatch, tmp
     assert seen[("speed", "GPU-2")] == "joinable"          # another GPU is not held up
 
 
-def test_a_lock_file_made_by_another_user_is_replaced(monkeypatch, tmp_path):
-    if os.geteuid() != 0:
-        pytest.skip("needs root to make a file owned by another user")
+def test_the_gpu_lock_lives_in_the_graders_private_folder(monkeypatch, tmp_path):
+    """A lock planted where the v2 grader kept it (/tmp) stops nothing: the lock is in the
+    private folder, which a child cannot reach."""
     seen = _probe_lock(monkeypatch, tmp_path)
-    path = run.GPU_LOCK.format("GPU-1")
-    open(path, "w").close()
-    os.chown(path, 60001, 60001)
-    run.Harness().grade({}, None, SimpleNamespace(id="speed", thresholds=[1]), "GPU-1")
-    assert os.stat(path).st_uid == 0
+    planted = "/tmp/" + "grader-gpu-GPU-1.lock"
+    os.makedirs(planted, exist_ok=True)
+    try:
+        run.Harness().grade({}, None, SimpleNamespace(id="speed", thresholds=[1]), "GPU-1")
+    finally:
+        os.rmdir(planted)
     assert seen[("speed", "GPU-1")] == "exclusive"
+    assert os.path.exists(os.path.join(sandbox.private_dir(), run.GPU_LOCK.format("GPU-1")))

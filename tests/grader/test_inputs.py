@@ -21,13 +21,15 @@ def test_poisoned_output_is_nan():
     assert torch.isnan(inputs.poisoned_like(torch.zeros(8))).all()
 
 
-def test_secret_seed_is_read_once_then_removed(monkeypatch):
+def test_secret_seed_is_read_once_then_removed(monkeypatch, tmp_path):
     monkeypatch.setattr(inputs, "_secret_read", False)
+    monkeypatch.setenv("GRADER_SEED_KEY_FILE", str(tmp_path / "key"))
     monkeypatch.setenv("GRADER_SECRET_SEED", "4242")
-    assert inputs.run_seed() == 4242
+    seed = inputs.run_seed()
+    assert seed == inputs.derive_secret("4242") and seed != 4242 and seed.bit_length() > 128
     import os
     assert "GRADER_SECRET_SEED" not in os.environ
-    assert inputs.run_seed() == 4242
+    assert inputs.run_seed() == seed
 
 
 def test_public_seed_without_secret(monkeypatch):

@@ -52,7 +52,7 @@ def test_a_syntax_error_leaves_out_one_cell(tmp_path):
     p.write_text(json.dumps(nb))
     m = submission.write_module(str(p), str(tmp_path / "m"))
     assert "def f()" in open(m.path).read()
-    assert len(m.problems) == 1 and m.problems[0].startswith("cell 2 (bad): syntax error at line 1")
+    assert len(m.problems) == 1 and m.problems[0].startswith("cell 2 (bad): SyntaxError at line 1")
 
 
 @pytest.mark.parametrize("content, why", [

@@ -39,21 +39,22 @@ def test_parts_spread_over_workers_grade_as_one(monkeypatch):
     assert all(not w.session.alive for w in made)
 
 
-def test_lock_files_planted_by_a_child_do_not_use_up_the_ids():
+def test_user_id_locks_live_where_no_child_can_write(tmp_path, monkeypatch):
+    """Lock files in a shared /tmp could be planted to stop grading; they live in the grader's
+    private folder, and a folder of that name made by someone else is refused."""
     if os.geteuid() != 0:
         pytest.skip("own users need root")
-    first, fd = sandbox.claim_uid()
-    os.close(fd)
-    path = f"/tmp/grader-uid-{first}.lock"
-    os.unlink(path)
-    with open(path, "w"):
-        pass
-    os.chown(path, first, first)                      # what a child running as that user could leave
+    import tempfile
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     uid, fd = sandbox.claim_uid()
-    try:
-        assert uid == first and os.stat(path).st_uid == os.geteuid()
-    finally:
-        os.close(fd)
+    os.close(fd)
+    private = sandbox.private_dir()
+    assert os.path.exists(os.path.join(private, f"uid-{uid}.lock"))
+    assert os.stat(private).st_mode & 0o777 == 0o700 and os.stat(private).st_uid == os.geteuid()
+    os.chmod(private, 0o777)                          # opened up: not private any more
+    with pytest.raises(sandbox.SandboxFailure, match="not a private folder"):
+        sandbox.private_dir()
+    os.chmod(private, 0o700)
 
 
 def test_the_kernels_of_gpu_parts_are_planned_ahead_and_ordered_for_the_pool():
