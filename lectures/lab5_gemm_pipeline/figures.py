@@ -8,7 +8,7 @@ The ring schematic is drawn from scratch. A copy of the course without ``reports
 figures it was shipped with.
 
 The timelines of the reference steps 5, 7 and 9 are drawn from ``reports/h200/lab5/
-timeline_step{5,7,9}.json`` (written by ``reports/h200/lab5/scripts/reference_timelines.py`` on an
+timeline_step{5,7,9}.json`` (written by ``benchmarks/lab5/reference_timelines.py`` on an
 H200). Until those files exist, each of these figures is a placeholder that says so, so the notes
 build either way.
 """
@@ -207,7 +207,7 @@ def fig_placeholder(step, path):
     fig, ax = plt.subplots(figsize=(12.5, 1.6), dpi=110)
     ax.axis("off")
     ax.text(0.5, 0.5, f"The timeline of the reference {STEP_TITLES[step]} has not been recorded yet:\n"
-                      f"run reports/h200/lab5/scripts/reference_timelines.py on an H200 and add "
+                      f"run benchmarks/lab5/reference_timelines.py on an H200 and add "
                       f"reports/h200/lab5/timeline_step{step}.json.", ha="center", va="center", fontsize=10)
     fig.savefig(path)
     plt.close(fig)

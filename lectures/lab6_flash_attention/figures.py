@@ -9,7 +9,7 @@ and conditional rescaling. The fourth, the climb of the steps, is drawn from the
 
 The timeline of the reference step 4 (the two consumers' ping-pong) is drawn with the course's
 ``grader.timeline`` from ``reports/h200/lab6/timeline_attn_step4.json``, written by
-``reports/h200/lab6/scripts/reference_timelines.py`` on an H200. Without that file the figure is
+``benchmarks/lab6/reference_timelines.py`` on an H200. Without that file the figure is
 the picture the notebook's ``show(...)`` cell drew on the H200
 (``reports/h200/lab6/timeline_attn_step4.show.png``, a measurement kept as it came), and without
 either a placeholder that says so, so the notes build either way.
@@ -263,7 +263,7 @@ def fig_pingpong_placeholder(path):
     fig, ax = plt.subplots(figsize=(12.5, 1.6), dpi=110)
     ax.axis("off")
     ax.text(0.5, 0.5, "The timeline of the reference step 4 has not been recorded yet:\n"
-                      "run reports/h200/lab6/scripts/reference_timelines.py on an H200 and add "
+                      "run benchmarks/lab6/reference_timelines.py on an H200 and add "
                       "reports/h200/lab6/timeline_attn_step4.json.", ha="center", va="center", fontsize=10)
     fig.savefig(path)
     plt.close(fig)

@@ -554,7 +554,7 @@ ROLES = {5: ["warpgroup"], 9: ["producer", "consumer 0", "consumer 1"]}
 def test_hopper_builders_trace_only_on_request(reference, step):
     """trace=True adds the trace buffer, the trace points, and tells grader.timeline.show the
     rows and the buffer length. (trace=False, the default, is the kernel the build checks compile;
-    its CUDA source is that of the builders before tracing: reports/h200/lab5/scripts/
+    its CUDA source is that of the builders before tracing: benchmarks/lab5/
     untraced_unchanged.py. Every traced step is compiled by reference_timelines.py --cpu-dry-run.
     Two steps here: parsing a traced kernel takes seconds.)"""
     from grader import timeline as tl

@@ -490,7 +490,7 @@ def test_hopper_step4_traces_only_on_request(reference):
     its MMAs, the softmax, epilogue and store), and tells grader.timeline.show the rows and the
     buffer length. (trace=False, the default, is the kernel the build checks compile, with five
     arguments; its CUDA source is that of the builders before tracing, byte for byte:
-    reports/h200/lab6/scripts/untraced_unchanged.py.
+    benchmarks/lab6/untraced_unchanged.py.
     Steps 4 and 5, traced, are compiled through ptxas by reference_timelines.py --cpu-dry-run;
     one parse here: a traced kernel takes seconds.)"""
     from grader import timeline as tl

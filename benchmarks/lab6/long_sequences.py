@@ -1,8 +1,8 @@
 #!/usr/bin/env python
 """Lab 6's reference Hopper kernels at long sequences, against SDPA's cuDNN and FLASH backends.
 
-    python reports/h200/lab6/scripts/long_sequences.py --out DIR                 # about 2 minutes on an H200
-    python reports/h200/lab6/scripts/long_sequences.py --out DIR --cpu-dry-run   # no GPU: compile only
+    python benchmarks/lab6/long_sequences.py --out DIR                 # about 2 minutes on an H200
+    python benchmarks/lab6/long_sequences.py --out DIR --cpu-dry-run   # no GPU: compile only
 
 The graded speed shapes stop at seq 8192 (a grading run must stay short); this script measures
 the lengths the lab's goal names, 4096, 8192 and 16384, the same way: B = --batch, 32 query heads

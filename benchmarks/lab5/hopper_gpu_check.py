@@ -1,8 +1,8 @@
 #!/usr/bin/env python
 """Correctness and speed of the Lab 5 Hopper kernels (the solution notebook's hopper_step5..9) on an H100/H200.
 
-    python reports/h200/lab5/scripts/hopper_gpu_check.py --out DIR            # everything, a few minutes
-    python reports/h200/lab5/scripts/hopper_gpu_check.py --out DIR --quick    # correctness + the 4096^3 timing only
+    python benchmarks/lab5/hopper_gpu_check.py --out DIR            # everything, a few minutes
+    python benchmarks/lab5/hopper_gpu_check.py --out DIR --quick    # correctness + the 4096^3 timing only
 
 Each step (5..9) runs in its own child process, so that one step that fails, crashes or hangs
 (a deadlocked pipeline never returns) cannot stop the others: the children compile their kernels
@@ -33,7 +33,7 @@ import time
 import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.abspath(os.path.join(HERE, *[os.pardir] * 4))
+REPO = os.path.abspath(os.path.join(HERE, *[os.pardir] * 2))
 NOTEBOOK = os.path.join(REPO, "solutions", "lab5_gemm_pipeline", "lab5_gemm_pipeline.ipynb")
 
 

@@ -1,7 +1,7 @@
 """Pipeline timeline of traced Hopper GEMMs on the GPU (H100/H200, sm_90a).
 
-    python reports/h200/lab5/scripts/timeline_gpu_demo.py --out DIR            # < 2 minutes on an H200
-    python reports/h200/lab5/scripts/timeline_gpu_demo.py --out DIR --cpu-dry-run   # no GPU: compile only
+    python benchmarks/lab5/timeline_gpu_demo.py --out DIR            # < 2 minutes on an H200
+    python benchmarks/lab5/timeline_gpu_demo.py --out DIR --cpu-dry-run   # no GPU: compile only
 
 For each configuration (the traced Lab 4 step-4 kernel, a warp-specialized 2- and 4-stage
 producer/consumer kernel; %clock and %globaltimer stamps), on 4096 x 4096 x 4096 fp16
@@ -30,7 +30,7 @@ import time
 import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.abspath(os.path.join(HERE, *[os.pardir] * 4))
+ROOT = os.path.abspath(os.path.join(HERE, *[os.pardir] * 2))
 sys.path[:0] = [HERE, ROOT]
 
 import numpy as np  # noqa: E402

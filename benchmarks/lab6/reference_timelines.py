@@ -1,11 +1,11 @@
 #!/usr/bin/env python
 """Timelines of the reference Hopper attention kernels of Lab 6 (steps 4 and 5) on an H100/H200.
 
-    python reports/h200/lab6/scripts/reference_timelines.py --out DIR               # < 90 s on an H200
-    python reports/h200/lab6/scripts/reference_timelines.py --out DIR --cpu-dry-run # no GPU: compile only
+    python benchmarks/lab6/reference_timelines.py --out DIR               # < 90 s on an H200
+    python benchmarks/lab6/reference_timelines.py --out DIR --cpu-dry-run # no GPU: compile only
 
 The builders are the solution notebook's hopper_attn_step4 and hopper_attn_step5 (loaded the way
-reports/h200/lab5/scripts/reference_timelines.py loads Lab 5's); ``trace=True`` gives the same
+benchmarks/lab5/reference_timelines.py loads Lab 5's); ``trace=True`` gives the same
 kernel with trace points (grader.timeline, %clock stamps; rows: producer, consumer 0, consumer 1).
 At B = 4, seq_q = seq_k = --seq (default 4096), 32 query heads over 8 KV heads, head dim 128, for
 each step, non-causal and causal:
@@ -34,7 +34,7 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.abspath(os.path.join(HERE, *[os.pardir] * 4))
+REPO = os.path.abspath(os.path.join(HERE, *[os.pardir] * 2))
 NOTEBOOK = os.path.join(REPO, "solutions", "lab6_flash_attention", "lab6_flash_attention.ipynb")
 sys.path.insert(0, REPO)
 
@@ -50,7 +50,7 @@ def log(*a):
     print(f"[{time.time() - T0:6.1f}s]", *a, flush=True)
 
 
-sys.path.insert(0, os.path.join(REPO, "reports", "h200", "lab5", "scripts"))
+sys.path.insert(0, os.path.join(REPO, "benchmarks", "lab5"))
 from hopper_gpu_check import load_notebook  # noqa: E402
 from timeline_gpu_demo import (build_traced_pair, median_ms, record_failure, save_png,  # noqa: E402
                                start_traced_run)

@@ -1,8 +1,8 @@
 #!/usr/bin/env python
 """Timelines of the reference Hopper kernels of Lab 5 (steps 5, 7 and 9) on an H100/H200.
 
-    python reports/h200/lab5/scripts/reference_timelines.py --out DIR            # < 90 s on an H200
-    python reports/h200/lab5/scripts/reference_timelines.py --out DIR --cpu-dry-run   # no GPU: compile only
+    python benchmarks/lab5/reference_timelines.py --out DIR            # < 90 s on an H200
+    python benchmarks/lab5/reference_timelines.py --out DIR --cpu-dry-run   # no GPU: compile only
 
 The builders are the solution notebook's hopper_step5, hopper_step7 and hopper_step9 (loaded the
 way hopper_gpu_check.py loads them); ``trace=True`` gives the same kernel with trace points
@@ -31,7 +31,7 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.abspath(os.path.join(HERE, *[os.pardir] * 4))
+REPO = os.path.abspath(os.path.join(HERE, *[os.pardir] * 2))
 NOTEBOOK = os.path.join(REPO, "solutions", "lab5_gemm_pipeline", "lab5_gemm_pipeline.ipynb")
 sys.path[:0] = [HERE, REPO]
 

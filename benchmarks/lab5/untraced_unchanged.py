@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """The untraced Hopper kernels are the kernels they were before the trace points went in.
 
-    python reports/h200/lab5/scripts/untraced_unchanged.py [--rev 21bd922] [--shapes 256x256x128 1000x776x512]
+    python benchmarks/lab5/untraced_unchanged.py [--rev 21bd922] [--shapes 256x256x128 1000x776x512]
 
 For each of hopper_step5..9 and each shape, builds ``hopper_stepN(..., trace=False)`` of the
 solution notebook in the work tree and ``hopper_stepN(...)`` of the notebook at git revision
@@ -20,7 +20,7 @@ import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.abspath(os.path.join(HERE, *[os.pardir] * 4))
+REPO = os.path.abspath(os.path.join(HERE, *[os.pardir] * 2))
 REL = "solutions/lab5_gemm_pipeline/lab5_gemm_pipeline.ipynb"
 sys.path[:0] = [os.path.dirname(os.path.abspath(__file__)), REPO]
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """The untraced Hopper attention kernels are the kernels they were before the trace points went in.
 
-    python reports/h200/lab6/scripts/untraced_unchanged.py [--rev e1bd6a3] [--steps 3 4 5]
+    python benchmarks/lab6/untraced_unchanged.py [--rev e1bd6a3] [--steps 3 4 5]
 
 For each of hopper_attn_step3..5 and each shape (below: GQA 8, MQA, MHA; causal and not; tails in
 seq_q and seq_k; seq_q > seq_k), builds ``hopper_attn_stepN(..., trace=False)`` of the solution
@@ -18,7 +18,7 @@ import os
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.abspath(os.path.join(HERE, *[os.pardir] * 4))
+REPO = os.path.abspath(os.path.join(HERE, *[os.pardir] * 2))
 REL = "solutions/lab6_flash_attention/lab6_flash_attention.ipynb"
 sys.path.insert(0, REPO)
 
@@ -34,7 +34,7 @@ SHAPES = [
 ]
 
 
-sys.path.insert(0, os.path.join(REPO, "reports", "h200", "lab5", "scripts"))
+sys.path.insert(0, os.path.join(REPO, "benchmarks", "lab5"))
 from untraced_unchanged import load, notebook_at, same_source  # noqa: E402  (Lab 5's: the same comparison)
 
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Run a solution notebook's timeline cells (the ``show(...)`` calls) as a student's notebook would.
 
-    python reports/h200/lab5/scripts/notebook_show_cells.py NOTEBOOK --out DIR
+    python benchmarks/lab5/notebook_show_cells.py NOTEBOOK --out DIR
 
 Without Jupyter: the notebook's module cells (its builders, as the grader reads them), then every
 code cell that defines ``hopper``/``num_sms`` or calls ``show(``, in the notebook's order, are
@@ -17,7 +17,7 @@ import runpy
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.abspath(os.path.join(HERE, *[os.pardir] * 4))
+REPO = os.path.abspath(os.path.join(HERE, *[os.pardir] * 2))
 sys.path.insert(0, REPO)
 
 MARKERS = ("show(", "hopper =", "num_sms =")
