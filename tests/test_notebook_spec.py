@@ -65,3 +65,21 @@ def test_check_cells_name_real_parts(root, lab):
             if fn == "check":
                 checked.add(part)
     assert checked, f"{lab}'s notebook has no check cells"
+
+
+@pytest.mark.parametrize("lab", LABS)
+def test_the_last_cell_grades_the_saved_notebook(root, lab):
+    code = [_source(c) for c in _notebook(root, lab)["cells"] if c["cell_type"] == "code"]
+    assert re.match(rf"""grade_notebook\(["']{lab}["']\)""", code[-1]), code[-1]
+    assert any(re.search(r"from grader\.notebook import .*\bgrade_notebook\b", src) for src in code[:3])
+
+
+@pytest.mark.parametrize("lab", LABS)
+def test_kernels_are_timed_the_graders_way(root, lab):
+    """A cell that times kernels uses grader.notebook.time_calls (the grader's timing code), and a
+    kernel it runs comes from compile_kernel (loaded as the grader loads it): a notebook's own
+    event pairs or tvm.compile results would measure something else than the grader."""
+    for src in (_source(c) for c in _notebook(root, lab)["cells"] if c["cell_type"] == "code"):
+        assert "elapsed_time(" not in src and "median_ms" not in src, src[:300]
+        if "time_calls(" in src:
+            assert "tvm.compile(" not in src, src[:300]

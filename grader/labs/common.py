@@ -95,30 +95,38 @@ def builder_args(params: dict) -> dict:
     return {k: v for k, v in params.items() if k not in ("builder", "builders", "archs")}
 
 
-def build_part(module, ctx: Context) -> Outcome:
-    """Compile-only check for every arch the part lists, with its mechanism checks."""
+def build_part(module, ctx: Context,
+               source_checks: Callable[[str, str], list[str]] | None = None) -> Outcome:
+    """Compile-only check of every builder the part names (``builder`` or ``builders``) for every
+    arch it lists, with its mechanism checks. ``source_checks(builder, cuda_source)`` may add
+    problems found in the CUDA source of each compiled kernel (each one costs that kernel its
+    share). Each (builder, arch) is compiled once and scores an equal share."""
     p = ctx.part.params
-    builder = student(module, p["builder"])
+    names = builder_names(p)
     args = builder_args(p)
-    per_arch, lines, meas = [], [], {}
-    for arch in p["archs"]:
-        kw = dict(args)
-        if kw.get("num_sms") == "arch":      # a persistent kernel compiled for the track's reference GPU
-            kw["num_sms"] = hardware.SPECS[hardware.TRACK_DEFAULT[arch]].sm_count
-        try:
-            art = build.compile_only(builder(**kw), arch, want_sass=True)
-        except NotImplementedError:
-            raise
-        except build.BuildError as e:
-            per_arch.append(0.0)
-            lines.append(f"{arch}: does not build: {e}")
-            continue
-        checks = inspect.check_all(ctx.part.mechanisms, {"sass": art.sass})
-        good = all(c.ok for c in checks)
-        per_arch.append(1.0 if good else 0.0)
-        meas[arch] = {c.name: c.count for c in checks}
-        lines.append(f"{arch}: compiled; " + "; ".join(c.message for c in checks))
-    return Outcome(sum(per_arch) / len(per_arch), " | ".join(lines), meas)
+    scores, lines, meas = [], [], {}
+    for name in names:
+        builder = student(module, name)
+        per_arch, where = [], meas if len(names) == 1 else meas.setdefault(name, {})
+        for arch in p["archs"]:
+            kw = dict(args)
+            if kw.get("num_sms") == "arch":      # a persistent kernel compiled for the track's reference GPU
+                kw["num_sms"] = hardware.SPECS[hardware.TRACK_DEFAULT[arch]].sm_count
+            try:
+                art = build.compile_only(builder(**kw), arch, want_sass=True)
+            except NotImplementedError:
+                raise
+            except build.BuildError as e:
+                scores.append(0.0)
+                per_arch.append(f"{arch}: does not build: {e}")
+                continue
+            checks = inspect.check_all(ctx.part.mechanisms, {"sass": art.sass})
+            problems = source_checks(name, art.cuda_source) if source_checks and art.cuda_source else []
+            scores.append(1.0 if all(c.ok for c in checks) and not problems else 0.0)
+            where[arch] = {c.name: c.count for c in checks}
+            per_arch.append(f"{arch}: compiled; " + "; ".join([c.message for c in checks] + problems))
+        lines.append((f"{name}: " if len(names) > 1 else "") + " | ".join(per_arch))
+    return Outcome(sum(scores) / len(scores), " || ".join(lines), meas)
 
 
 def sync() -> None:

@@ -15,20 +15,19 @@
   parts the default runners grade.
 
 Besides the PTX mechanisms its spec lists, each build part checks the tensor maps the
-kernel's host code encodes: every one must use the 128-byte swizzle (the lesson of the lab).
+kernel's host code encodes: every one must use the 128-byte swizzle (the lesson of the lab;
+grader/labs/build_checks.py).
 """
 from __future__ import annotations
 
 import math
 
-from .. import build, inputs
+from .. import inputs
 from ..context import Context, Outcome
-from . import common
+from . import build_checks, common
 
 LAB = "lab2_tma"
 BOX_DIM_MAX = 256           # hardware limit on every box dimension, in elements
-SWIZZLE_CODES = {0: "none", 1: "32B", 2: "64B", 3: "128B"}   # CUtensorMapSwizzle values
-REQUIRED_SWIZZLE = 3        # the build parts require CU_TENSOR_MAP_SWIZZLE_128B
 
 
 # ---------------------------------------------------------------- reference answers
@@ -208,70 +207,11 @@ def grade_ring(module, ctx: Context) -> Outcome:
                               lambda a: f"stages={a[0]}, iterations={a[1]}, start={a[2]}")
 
 
-# ---------------------------------------------------------------- tensor maps in the host code
+# ---------------------------------------------------------------- the build parts
 
-def tensor_maps(prim_func, arch: str) -> list[dict]:
-    """The tensor maps a kernel's host code encodes (``cuTensorMapEncodeTiled`` calls), read from
-    the lowered host TIR: dims and box innermost first, strides in bytes, swizzle code."""
-    import tvm
-    from tvm.target import Target
-    build.configure_toolchain()
-    tgt = build.target(arch)
-    host = Target("llvm" if tvm.runtime.enabled("llvm") else "c")
-    with tgt:
-        mod = tvm.tirx.transform.BindTarget(Target(tgt).with_host(host))(tvm.IRModule({"main": prim_func}))
-        pipeline, _, _ = tvm.tirx.get_tir_pipeline("tirx")
-        mod = pipeline(mod)
-    calls = []
-
-    def visit(node):
-        if (isinstance(node, tvm.ir.Call) and len(node.args) > 4 and isinstance(node.args[0], tvm.tirx.StringImm)
-                and node.args[0].value == "runtime.cuTensorMapEncodeTiled"):
-            calls.append(node.args)
-
-    for func in mod.functions.values():
-        if isinstance(func, tvm.tirx.PrimFunc):
-            tvm.tirx.stmt_functor.post_order_visit(func.body, visit)
-
-    def val(a):
-        return int(a.value) if hasattr(a, "value") else str(a)
-
-    maps = []
-    for args in calls:
-        rank = val(args[3])
-        i = 5
-        dims = tuple(val(a) for a in args[i:i + rank]); i += rank
-        strides = tuple(val(a) for a in args[i:i + rank - 1]); i += rank - 1
-        box = tuple(val(a) for a in args[i:i + rank]); i += 2 * rank   # skip element strides
-        swizzle = val(args[i + 1])
-        name = str(args[1]).removesuffix("_tensormap")
-        maps.append({"tensor": name, "rank": rank, "global_dims": dims, "global_strides": strides,
-                     "box_dims": box, "swizzle": swizzle})
-    return maps
-
-
-def grade_build(module, ctx: Context) -> Outcome:
-    """Compile-only PTX mechanism checks (common.build_part), then the swizzle of every tensor map."""
-    out = common.build_part(module, ctx)
-    p = ctx.part.params
-    builder = common.student(module, p["builder"])
-    try:
-        maps = tensor_maps(builder(**common.builder_args(p)), p["archs"][0])
-    except Exception:  # noqa: BLE001 - already reported by build_part when it does not lower
-        return out
-    out.measurements["tensor_maps"] = maps
-    if not maps:
-        return Outcome(0.0, out.message + " | no tensor map in the host code: the kernel uses no TMA",
-                       out.measurements)
-    text = "; ".join(f"{m['tensor']}: dims {m['global_dims']}, box {m['box_dims']}, "
-                     f"swizzle {SWIZZLE_CODES.get(m['swizzle'], m['swizzle'])}" for m in maps)
-    bad = [m for m in maps if m["swizzle"] != REQUIRED_SWIZZLE]
-    if bad:
-        return Outcome(0.0, out.message + f" | tensor maps: {text}; MISSING the 128B swizzle on "
-                       + ", ".join(m["tensor"] for m in bad)
-                       + " (allocate the SMEM tile with mma_shared_layout(..., SWIZZLE_128B_ATOM, ...))",
-                       out.measurements)
-    return Outcome(out.fraction, out.message + f" | tensor maps: {text}", out.measurements)
+# The tensor maps of the host code and the 128B-swizzle check live in build_checks, which the
+# student edition ships; tensor_maps is kept here for the lab's readers.
+tensor_maps = build_checks.tensor_maps
 
 
 GRADERS = {
@@ -279,7 +219,7 @@ GRADERS = {
     "a_map": grade_map,
     "b_expect_tx": grade_expect_tx,
     "c_ring": grade_ring,
-    "d_build": grade_build,
-    "e_build": grade_build,
+    "d_build": build_checks.tma_build,
+    "e_build": build_checks.tma_build,
     # d_correct, e_correct and e_speed: problem "affine" (grader/problems.py), graded by grader/runners.py
 }
