@@ -368,11 +368,15 @@ def _last_check(res: report.PartResult | None) -> str:
 GRADE_TIMEOUT_S = 3600
 
 
-def grade_notebook(lab: str, notebook: str | None = None, public: bool = False,
+STUDENT_EDITION = os.path.exists(os.path.join(ROOT, ".student-edition"))   # written by grader/release.py
+
+
+def grade_notebook(lab: str, notebook: str | None = None, public: bool | None = None,
                    parts: list[str] | None = None) -> None:
     """Grade the saved notebook as the autograder will (``python -m grader check LAB --submission
-    NOTEBOOK``; ``public``: the public cases only; ``parts``: only these), printing its lines as
-    they come."""
+    NOTEBOOK``; ``public``: the public cases only, the default in the student edition, which has
+    no others; ``parts``: only these), printing its lines as they come."""
+    public = STUDENT_EDITION if public is None else public
     path = os.path.abspath(notebook or os.path.join(os.getcwd(), _spec(lab).notebook))
     if not os.path.isfile(path):
         print(f"No saved notebook at {path}: save the notebook first, or give its path (notebook=...).")

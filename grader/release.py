@@ -862,10 +862,13 @@ users: `conda env create -f environment.yml`.
    `jupyter lab assignments/lab1_roofline/lab1_roofline.ipynb`.
 2. Write your code where a cell says `# YOUR CODE HERE` and replace the `todo("...")` line. Only
    those cells are your submission; keep the function names of the skeleton.
-3. Run each part's check cell as you go. It runs the part's public cases and says what is wrong.
+3. Run each part's check cell as you go. It runs the part's public cases on your live code and
+   prints one line when the part is right; otherwise it stops with what is wrong, said once.
    Parts that need a GPU are skipped on a machine without one. A few parts say "checked by the
    course grader (not in the student edition)": their checks need the course's reference code.
-4. Check the saved notebook from a terminal:
+   The locked graded cells are filled in by the course's autograder; run here, they only say so.
+4. Check the saved notebook with the notebook's last cell (`grade_notebook(...)`), or from a
+   terminal:
 
    ```bash
    python -m grader check lab1_roofline --public --submission assignments/lab1_roofline/lab1_roofline.ipynb

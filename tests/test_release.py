@@ -277,6 +277,15 @@ def test_edition_is_a_git_repository_with_everything_committed(edition):
     assert "grader/notebook.py" in tracked and "grader/public/lab1_roofline.json" in tracked
 
 
+def test_the_editions_last_cell_grades_the_public_cases(edition):
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "GRADER_SECRET_SEED")}
+    proc = subprocess.run([sys.executable, "-c", "from grader import notebook; print(notebook.STUDENT_EDITION)"],
+                          cwd=edition, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.stdout.strip() == "True", proc.stdout + proc.stderr
+    from grader import notebook
+    assert notebook.STUDENT_EDITION is False         # the full repository grades hidden cases too
+
+
 def test_check_and_compile_agree_on_the_parts_they_check(edition):
     """`compile` compiles every build part's kernels; the edition's check cells and `check --public`
     grade those same parts (none is left to the course grader)."""
