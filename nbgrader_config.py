@@ -14,7 +14,10 @@ c.CourseDirectory.source_directory = "solutions"
 c.CourseDirectory.release_directory = "assignments"
 c.CourseDirectory.db_url = "sqlite:///" + os.path.join(HERE, "gradebook.db")
 c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "generated", "*.png"]
-c.CourseDirectory.include = ["*.ipynb"]
+# Copied by generate_assignment, release, submit and collect: the notebooks, and the
+# timestamp.txt that `nbgrader submit` writes beside each submission (collect copies it into
+# submitted/<student>/<lab>/; late penalties and `collect --update` read it).
+c.CourseDirectory.include = ["*.ipynb", "timestamp.txt"]
 
 # nbgrader's exchange (release_assignment, fetch_assignment, submit, collect) needs a course id
 # and a folder; this one lives in the repository and is git-ignored. On a shared server, point

@@ -52,7 +52,7 @@ MEM_PER_WORKER = 2 * GIB   # a grader process with torch and TVM loaded, and its
 DONE = "done"              # the CLI wrote a valid report
 CRASHED = "crashed"        # the CLI exited without one
 TIMEOUT = "timeout"        # the CLI ran past the pieces' time limit and was killed
-FAILED = "failed"          # student level: some piece did not finish
+INCOMPLETE = "incomplete"  # student level: some piece did not finish (a low score is still DONE)
 
 
 # ------------------------------------------------------------------ discovery
@@ -393,7 +393,7 @@ def finalize(sub: Submission, opts: Options, digest: str | None = None) -> dict[
     else:
         report.write_gradescope(merged, os.path.join(d, "results.json.tmp"))
     os.replace(os.path.join(d, "results.json.tmp"), os.path.join(d, "results.json"))
-    state = DONE if len(reports) == len(ps) else FAILED
+    state = DONE if len(reports) == len(ps) else INCOMPLETE
     errors = [r.part for r in results if r.verdict == report.ERROR]
     status = {"student": sub.student, "lab": opts.lab, "notebook": sub.path, "state": state,
               "fingerprint": full_fingerprint(sub, opts, digest), "notebook_mtime": sub.mtime(),
@@ -486,11 +486,14 @@ def _fmt_s(s: float) -> str:
 
 
 class Progress:
-    """students done / left / failed and an ETA; a bar redrawn in place on a terminal, a line per
-    finished student otherwise."""
+    """students done / left / with grading errors and an ETA; a bar redrawn in place on a terminal,
+    a line per finished student otherwise. "With grading errors" counts students whose grading
+    did not finish or whose notebook could not be graded (a crash, a time limit, an unreadable
+    notebook): their results need a look, whatever their score. A student who simply scored low
+    is not counted."""
 
-    def __init__(self, lab: str, total: int, done: int = 0, failed: int = 0, stream=None, width: int = 28):
-        self.lab, self.total, self.done, self.failed = lab, total, done, failed
+    def __init__(self, lab: str, total: int, done: int = 0, errors: int = 0, stream=None, width: int = 28):
+        self.lab, self.total, self.done, self.errors = lab, total, done, errors
         self.resumed = done
         self.start = time.monotonic()
         self.stream = stream or sys.stderr
@@ -505,7 +508,7 @@ class Progress:
         elapsed = time.monotonic() - self.start
         eta = _fmt_s(elapsed / graded * left) if graded and left else ("0m00s" if not left else "--")
         return (f"{self.lab} [{'#' * fill}{'.' * (self.width - fill)}] {self.done}/{self.total} done, "
-                f"{left} left, {self.failed} failed | {_fmt_s(elapsed)} elapsed, ETA {eta}")
+                f"{left} left, {self.errors} with grading errors | {_fmt_s(elapsed)} elapsed, ETA {eta}")
 
     def show(self) -> None:
         if self.tty:
@@ -515,8 +518,7 @@ class Progress:
     def finished(self, status: dict[str, Any]) -> None:
         with self._lock:
             self.done += 1
-            bad = student_failed(status)
-            self.failed += bad
+            self.errors += has_grading_errors(status)
             msg = (f"{status['student']}: {status['points']:g}/{status['max_points']:g} points"
                    + (f", errors in {', '.join(status['errors'])}" if status.get("errors") else "")
                    + ("" if status["state"] == DONE else " (grading did not finish)")
@@ -533,8 +535,9 @@ class Progress:
             self.stream.flush()
 
 
-def student_failed(status: dict[str, Any]) -> bool:
-    """Grading did not finish, or a part errored (crash, timeout, unreadable notebook)."""
+def has_grading_errors(status: dict[str, Any]) -> bool:
+    """Grading did not finish, or a part ended in an error (a crash, a time limit, an unreadable
+    notebook): not a low score, a result to look at."""
     return status.get("state") != DONE or bool(status.get("errors"))
 
 
@@ -658,7 +661,7 @@ def write_summary(results_dir: str, lab: str) -> dict[str, Any]:
     sts = lab_statuses(results_dir, lab)
     summary = {"lab": lab, "students": len(sts),
                "done": sum(s["state"] == DONE for s in sts.values()),
-               "failed": sorted(s for s, st in sts.items() if student_failed(st)),
+               "grading_errors": sorted(s for s, st in sts.items() if has_grading_errors(st)),
                "results": {s: {k: st.get(k) for k in ("state", "points", "max_points", "errors", "finished")}
                            for s, st in sts.items()}}
     write_json(os.path.join(results_dir, lab, "summary.json"), summary)
@@ -707,7 +710,7 @@ def cmd_batch(args) -> int:
           + f"{len(todo)} to grade on {n_gpu} GPU worker(s) "
           + (f"({', '.join(gpus)}) " if gpus else "") + f"and {n_cpu} CPU worker(s); results in {opts.lab_dir}",
           flush=True)
-    progress = Progress(args.lab, len(subs), done=len(done), failed=sum(student_failed(s) for s in done))
+    progress = Progress(args.lab, len(subs), done=len(done), errors=sum(has_grading_errors(s) for s in done))
     restore = _install_signal_handlers()
     try:
         run_batch(subs, opts, slots, resume=args.resume, progress=progress)
@@ -724,7 +727,8 @@ def cmd_batch(args) -> int:
     not_finished = [s.student for s in subs if st.get(s.student, {}).get("state") != DONE]
     print(f"{args.lab}: {len(subs) - len(not_finished)}/{len(subs)} graded in "
           f"{_fmt_s(time.monotonic() - progress.start)}; "
-          f"{len(summary['failed'])} with errors{': ' + ', '.join(summary['failed']) if summary['failed'] else ''}; "
+          f"{len(summary['grading_errors'])} with grading errors"
+          f"{': ' + ', '.join(summary['grading_errors']) if summary['grading_errors'] else ''}; "
           f"summary in {os.path.join(opts.lab_dir, 'summary.json')}")
     if not_finished:
         print(f"grading did not finish for: {', '.join(not_finished)} (rerun with --resume)", file=sys.stderr)

@@ -62,11 +62,29 @@ def _fmt_index(flat: int, shape: tuple[int, ...]) -> str:
     return "[" + ", ".join(str(i) for i in reversed(idx)) + "]"
 
 
+def mismatches(out: torch.Tensor, ref: torch.Tensor, tol: Tolerance) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(bad, nonfinite_bad, err) over the flattened tensors, in float64 on the CPU: ``bad`` marks the
+    elements outside the tolerance (NaN/Inf mismatches included), ``nonfinite_bad`` the NaN/Inf
+    mismatches, ``err`` the absolute error where both values are finite (0 elsewhere)."""
+    o = out.detach().to("cpu", torch.float64).reshape(-1)
+    r = ref.detach().to("cpu", torch.float64).reshape(-1)
+    finite_o, finite_r = torch.isfinite(o), torch.isfinite(r)
+    nonfinite_bad = (finite_o != finite_r) | (~finite_o & ~finite_r & ~((o == r) | (o.isnan() & r.isnan())))
+    err = (o - r).abs()
+    err = torch.where(finite_o & finite_r, err, torch.zeros_like(err))
+    bad = nonfinite_bad | (err > tol.atol + tol.rtol * r.abs())
+    return bad, nonfinite_bad, err
+
+
+FIRST_SHOWN = 3      # how many of the first wrong elements a message lists
+
+
 def compare(out: torch.Tensor, ref: torch.Tensor, tol: Tolerance, name: str = "output") -> Comparison:
     """Compare ``out`` with ``ref`` elementwise: |out - ref| <= atol + rtol·|ref|.
 
     NaN or Inf where the reference has a finite value (or the reverse) always counts as a
-    mismatch. The message names the number of mismatches, the first and the worst one.
+    mismatch. The message names the number of mismatches, the first few and the worst one, and
+    the largest absolute error.
     """
     if tuple(out.shape) != tuple(ref.shape):
         return Comparison(False, f"{name} has shape {tuple(out.shape)}, expected {tuple(ref.shape)}",
@@ -74,18 +92,15 @@ def compare(out: torch.Tensor, ref: torch.Tensor, tol: Tolerance, name: str = "o
     o = out.detach().to("cpu", torch.float64).reshape(-1)
     r = ref.detach().to("cpu", torch.float64).reshape(-1)
     total = r.numel()
-    finite_o, finite_r = torch.isfinite(o), torch.isfinite(r)
-    nonfinite_bad = (finite_o != finite_r) | (~finite_o & ~finite_r & ~((o == r) | (o.isnan() & r.isnan())))
-    err = (o - r).abs()
-    err = torch.where(finite_o & finite_r, err, torch.zeros_like(err))
-    bad = nonfinite_bad | (err > tol.atol + tol.rtol * r.abs())
+    bad, nonfinite_bad, err = mismatches(o, r, tol)
     n_bad = int(bad.sum())
     max_err = float(err.max()) if total else 0.0
     if n_bad == 0:
         return Comparison(True, f"{name}: all {total} elements within {tol} (max abs error {max_err:.3g})",
                           max_err, 0, total)
     shape = tuple(ref.shape)
-    first = int(bad.nonzero()[0])
+    wrong = bad.nonzero().reshape(-1)
+    first = int(wrong[0])
     worst = int(torch.where(bad, torch.where(nonfinite_bad, torch.full_like(err, math.inf), err),
                             torch.full_like(err, -1.0)).argmax())
     n_nonfinite = int(nonfinite_bad.sum())
@@ -93,7 +108,13 @@ def compare(out: torch.Tensor, ref: torch.Tensor, tol: Tolerance, name: str = "o
     if n_nonfinite:
         parts.append(f"{n_nonfinite} are NaN/Inf mismatches")
     parts.append(f"first at {_fmt_index(first, shape)}: got {o[first].item():.6g}, expected {r[first].item():.6g}")
+    if n_bad > 1:
+        more = [_fmt_index(int(i), shape) for i in wrong[1:FIRST_SHOWN]]
+        parts.append("then at " + ", ".join(more) + (", ..." if n_bad > FIRST_SHOWN else ""))
     parts.append(f"worst at {_fmt_index(worst, shape)}: got {o[worst].item():.6g}, expected {r[worst].item():.6g}")
+    finite_bad = bad & ~nonfinite_bad
+    if bool(finite_bad.any()):
+        parts.append(f"max abs error {float(err[finite_bad].max()):.3g}")
     return Comparison(False, "; ".join(parts), max_err if not n_nonfinite else math.inf, n_bad, total)
 
 

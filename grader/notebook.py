@@ -1,80 +1,406 @@
-"""Helpers called from the lab notebooks' test cells.
+"""Helpers called from the lab notebooks' cells.
 
-- ``check(lab, part, globals())`` runs the public cases on the live objects of the
-  notebook, in the notebook's process, and raises AssertionError with the grader's
-  message when the part is not fully right. Students run it while they work.
+- ``check(lab, part, globals())`` (a part's check cell) runs the part's public cases on the live
+  objects of the notebook, in the notebook's process, with the grader's own grading function. It
+  prints one verdict line when the part is fully right (or skipped: a GPU part without a GPU) and
+  otherwise stops the cell with that line alone, said once: no traceback of the grader, a kernel
+  that does not parse shows TIRx's own error lines, an error in your code shows the lines of your
+  cells, and a wrong kernel output says where (shape, how many elements, the first indices, the
+  largest error) and draws a heat map of the wrong tiles of a matrix. Kernels are compiled,
+  loaded and timed the way the grader does (:func:`compile_kernel`, :func:`time_calls`): the same
+  arch, a loaded library, the same timing code (grader/timing.py via common.timed_ratio), and a
+  speed part below full credit is measured again, best of ``run.PERF_TRIALS``.
 - ``grade(lab, part)`` is what the locked graded cells call. It is not a source of scores:
   ``nbgrader autograde`` never runs the notebook (grader/nbgrader_autograde.py grades the saved
   file with ``python -m grader check`` and fills the graded cells in). Run by a student, it says
-  so and, for convenience, grades the part's public cases on the saved notebook in the cwd
-  (``python -m grader check LAB --submission NOTEBOOK --part PART --public``, a subprocess) and
-  prints the verdict line. It returns nothing and writes nothing to stderr.
+  so and repeats what the check cell above found in this kernel; it runs nothing (well under a
+  second) and returns nothing.
+- ``grade_notebook(lab)`` (the optional last cell) grades the saved notebook as the instructor
+  will: ``python -m grader check LAB --submission NOTEBOOK`` in a subprocess, its lines shown as
+  they come.
 """
 from __future__ import annotations
 
-import dataclasses
-import json
+import functools
+import math
 import os
+import re
 import subprocess
 import sys
 import tempfile
+import time
+import traceback
 import types
 
 from . import hardware, inputs, labs, report, spec
 from .context import Context
 
+_RESULTS: dict[tuple[str, str], report.PartResult] = {}
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+GRADER_DIR = os.path.join(ROOT, "grader")
 
-def check(lab: str, part_id: str, namespace: dict) -> report.PartResult:
-    lab_spec = spec.load(lab)
+
+class CheckFailed(AssertionError):
+    """A check cell's part is not fully right. Jupyter shows its message alone, once (IPython's
+    ``_render_traceback_``); elsewhere it is an AssertionError with that message."""
+
+    def __init__(self, text: str, result: report.PartResult | None = None):
+        super().__init__(text)
+        self.result = result
+
+    def _render_traceback_(self) -> list[str]:
+        lines = str(self).splitlines() or [""]
+        return ["\x1b[1;31m" + lines[0] + "\x1b[0m"] + lines[1:]
+
+
+@functools.lru_cache(maxsize=None)
+def _spec(lab: str) -> spec.LabSpec:
+    return spec.load(lab)
+
+
+@functools.lru_cache(maxsize=1)
+def _device() -> hardware.Device:
+    return hardware.detect()
+
+
+def last_result(lab: str, part_id: str) -> report.PartResult | None:
+    """The verdict of the last check of ``part_id`` in this process (None before any)."""
+    return _RESULTS.get((lab, part_id))
+
+
+# ---------------------------------------------------------------- the check cell
+
+def check(lab: str, part_id: str, namespace: dict) -> None:
+    lab_spec = _spec(lab)
     part = lab_spec.part(part_id)
-    device = hardware.detect()
+    device = _device()
     if part.needs_gpu and not device.present:
-        print(f"{lab}/{part_id}: skipped, this part needs a GPU ({device.reason})")
-        return report.PartResult(lab, part_id, part.title, 0.0, part.points, report.SKIPPED,
-                                 device.reason, True)
-    ctx = Context(lab_spec, part, inputs.PUBLIC_SEED, device, public_only=True)
-    outcome = labs.grade(lab, part_id, types.SimpleNamespace(**namespace), ctx)
-    res = ctx.to_result(outcome)
-    print(report.format_line(res))
-    assert res.verdict == report.PASSED, res.message
-    return res
+        res = report.PartResult(lab, part_id, part.title, 0.0, part.points, report.SKIPPED,
+                                f"needs a GPU ({device.reason}); the autograder runs it on one", True)
+        _RESULTS[(lab, part_id)] = res
+        print(verdict_text(res))
+        return None
+    start = time.perf_counter()
+    res, mismatch = _run_part(lab, part, namespace, device)
+    if _is_speed(part) and res.verdict in (report.PARTIAL, report.FAILED) and "ratio" in res.measurements:
+        res = _best_of_trials(res, lambda: _run_part(lab, part, namespace, device)[0])
+    _RESULTS[(lab, part_id)] = res
+    text = verdict_text(res, time.perf_counter() - start)
+    if res.verdict in (report.PASSED, report.SKIPPED):
+        print(text)
+        return None
+    if mismatch.found:
+        mismatch.draw()
+    raise CheckFailed(text, res) from None
 
 
-def grade(lab: str, part_id: str, notebook_dir: str | None = None) -> None:
-    folder = os.path.abspath(notebook_dir or os.getcwd())
-    notebook = os.path.join(folder, spec.load(lab).notebook)
-    target = notebook if os.path.isfile(notebook) else folder
-    print(f"{lab}/{part_id}: graded cells are filled in by the autograder, which grades the saved "
-          "notebook (hidden cases, in its own processes); running this cell gives no points.")
-    print(f"Public cases of the saved notebook (save it first): python -m grader check {lab} "
-          f"--submission {target} --part {part_id} --public")
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = {k: v for k, v in os.environ.items() if k != "GRADER_SECRET_SEED"}
-    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    with tempfile.TemporaryDirectory(prefix="grader-public-") as tmp:
-        path = os.path.join(tmp, "report.json")
-        cmd = [sys.executable, "-m", "grader", "check", lab, "--submission", target, "--part", part_id,
-               "--public", "--json", path]
+def _run_part(lab: str, part: spec.Part, namespace: dict, device) -> tuple[report.PartResult, "_Mismatch"]:
+    mismatch = _Mismatch()
+    ctx = Context(_spec(lab), part, inputs.PUBLIC_SEED, device, public_only=True, on_mismatch=mismatch)
+    fn = labs.grading_function(lab, part)
+    from . import runners
+    if fn is runners.kernel_part:          # kernels compiled and loaded as the grader loads them
+        fn = functools.partial(runners.kernel_part, env=runners.Env(lower=_KERNELS.lower))
+    try:
+        return ctx.to_result(fn(types.SimpleNamespace(**namespace), ctx)), mismatch
+    except Exception as e:  # noqa: BLE001 - every failure is this part's verdict, said once
+        if _not_implemented(e):
+            return ctx.error_result(report.FAILED, "not implemented yet: " + _todo_line(e)), mismatch
+        return ctx.error_result(report.ERROR, describe_error(e)), mismatch
+
+
+def _is_speed(part: spec.Part) -> bool:
+    return bool(part.thresholds)
+
+
+def _best_of_trials(first: report.PartResult, again) -> report.PartResult:
+    """A speed part below full credit is measured again, as the grader does (its best counts)."""
+    from .run import PERF_TRIALS
+    trials = [first]
+    while (trials[-1].verdict in (report.PARTIAL, report.FAILED) and "ratio" in trials[-1].measurements
+           and len(trials) < PERF_TRIALS):
+        trials.append(again())
+    best = max(trials, key=lambda r: (r.points, r.measurements.get("ratio", 0)))
+    if len(trials) > 1:
+        ratios = ", ".join(f"{r.measurements['ratio']:.3f}x" for r in trials if "ratio" in r.measurements)
+        best.message += f" (best of {len(trials)} trials: {ratios})"
+    return best
+
+
+def verdict_text(res: report.PartResult, seconds: float | None = None) -> str:
+    """One line for a check cell (the message's further details indented below it)."""
+    mark = {report.PASSED: "PASS", report.PARTIAL: "PARTIAL", report.FAILED: "FAIL", report.ERROR: "ERROR",
+            report.SKIPPED: "SKIP"}[res.verdict]
+    took = f", {seconds:.1f} s" if seconds is not None and seconds >= 0.5 else ""
+    if res.verdict == report.SKIPPED:
+        head = f"[{mark}] {res.lab}/{res.part}"
+    else:
+        head = (f"[{mark}] {res.lab}/{res.part}: {report.format_points(res.points)} / "
+                f"{report.format_points(res.max_points)} on the public cases{took}")
+    msg = res.message
+    # A one-line message of several checks ("sm_90a: ... | sm_100a: ...") reads better one per line;
+    # a message of several lines (TIRx's diagnostic, whose source lines hold " | ") stays as it is.
+    body = msg.split(" | ") if "\n" not in msg else msg.splitlines()
+    if len(body) == 1 and len(head) + len(body[0]) < 150:
+        return f"{head}: {body[0]}"
+    return head + "".join(f"\n    {ln}" for ln in body)
+
+
+# ---------------------------------------------------------------- errors, in the student's terms
+
+def _not_implemented(e: BaseException) -> bool:
+    return isinstance(e, NotImplementedError) or "is not implemented yet" in str(e)
+
+
+def _todo_line(e: BaseException) -> str:
+    for line in str(e).splitlines():
+        if "not implemented" in line:
+            line = re.sub(r"^(error:\s*)", "", line.strip())
+            return line.split("not implemented yet: ", 1)[-1] if "not implemented yet: " in line else line
+    return str(e).splitlines()[0] if str(e) else type(e).__name__
+
+
+def _cell_names() -> dict[str, str]:
+    """Jupyter's file name of each executed cell -> "cell In[N]" (as IPython's tracebacks say)."""
+    try:
+        ip = get_ipython()  # type: ignore[name-defined]  # noqa: F821 - defined inside IPython only
+    except NameError:
+        return {}
+    names = getattr(getattr(ip, "compile", None), "_filename_map", {}) or {}
+    return {fname: f"cell In[{n}]" for fname, n in names.items()}
+
+
+def _rename_cells(text: str, names: dict[str, str]) -> str:
+    for fname, label in names.items():
+        text = text.replace(fname, label)
+    return text
+
+
+def _is_students(filename: str) -> bool:
+    """A frame of the student's notebook (not the grader's, TVM's, torch's or Python's)."""
+    path = os.path.abspath(filename) if os.path.sep in filename else filename
+    if path.startswith(GRADER_DIR + os.sep) or "site-packages" in path or "dist-packages" in path:
+        return False
+    return not path.startswith((os.path.dirname(os.__file__) + os.sep, "<frozen"))
+
+
+def describe_error(e: BaseException) -> str:
+    """An exception raised while a check ran, in the student's terms: TIRx's own diagnostic for a
+    kernel that does not parse or lower (no compiler stack), else the lines of the student's cells
+    that raised and the exception, without the grader's frames."""
+    names = _cell_names()
+    name = type(e).__name__
+    text = _rename_cells(str(e).strip(), names)
+    if name == "DiagnosticError":
+        return "your kernel does not parse (TIRx):\n" + text
+    module = type(e).__module__ or ""
+    if module.startswith(("tvm", "tvm_ffi")) or name in ("TVMError", "InternalError"):
+        keep = []
+        for line in text.splitlines():
+            if re.match(r"^\s*(Stack trace|Traceback|File \"|\d+: |\[bt\])", line):
+                break
+            keep.append(line)
+        return f"{name} while compiling your kernel: " + "\n".join(keep[:20])
+    frames = [f for f in traceback.extract_tb(e.__traceback__) if _is_students(f.filename)]
+    where = []
+    for f in frames[-4:]:
+        label = names.get(f.filename) or os.path.basename(f.filename)
+        where.append(f"{label}, line {f.lineno}, in {f.name}" + (f": {f.line.strip()}" if f.line else ""))
+    return "\n".join([f"{name}: {text}" if text else name] + where)
+
+
+# ---------------------------------------------------------------- where a kernel's output is wrong
+
+class _Mismatch:
+    """Told of wrong kernel outputs by the grading function (Context.on_mismatch); keeps the first
+    one and draws, for a matrix, the share of wrong elements in each tile."""
+
+    MAX_TILES = 64    # per axis
+
+    def __init__(self) -> None:
+        self.found = False
+        self.what = ""
+        self.shape: tuple[int, ...] = ()
+        self.grid = None
+        self.tile = (1, 1)
+
+    def __call__(self, what: str, got, expected, tol) -> None:
+        if self.found or got.dim() < 2:
+            return
+        from . import compare
+        bad, _, _ = compare.mismatches(got, expected, tol)
+        rows, cols = math.prod(got.shape[:-1]), got.shape[-1]
+        bad = bad.reshape(rows, cols).float()
+        th, tw = _tile_size(rows, self.MAX_TILES), _tile_size(cols, self.MAX_TILES)
+        pad_r, pad_c = -rows % th, -cols % tw
+        import torch
+        padded = torch.nn.functional.pad(bad, (0, pad_c, 0, pad_r))
+        counts = padded.reshape((rows + pad_r) // th, th, (cols + pad_c) // tw, tw).sum(dim=(1, 3))
+        sizes = torch.nn.functional.pad(torch.ones(rows, cols), (0, pad_c, 0, pad_r))
+        sizes = sizes.reshape((rows + pad_r) // th, th, (cols + pad_c) // tw, tw).sum(dim=(1, 3))
+        self.grid = (counts / sizes).numpy()
+        self.found, self.what, self.shape, self.tile = True, what, tuple(got.shape), (th, tw)
+
+    def draw(self) -> None:
+        """Show the heat map in the notebook (nothing outside IPython)."""
         try:
-            proc = subprocess.run(cmd, cwd=root, env=env, stdin=subprocess.DEVNULL, capture_output=True,
-                                  text=True, errors="replace", timeout=_PUBLIC_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            print(f"  the public check did not finish within {_PUBLIC_TIMEOUT_S} s")
-            return None
-        try:
-            with open(path) as f:
-                rows = [r for r in json.load(f)["results"] if r.get("part") == part_id]
-        except (OSError, ValueError, KeyError, TypeError):
-            rows = None
-        if not rows:
-            tail = (proc.stdout + proc.stderr).strip().splitlines()[-5:]
-            print(f"  the public check gave no verdict (exit status {proc.returncode})"
-                  + "".join(f"\n    {line}" for line in tail))
-            return None
-        fields = {f.name for f in dataclasses.fields(report.PartResult)}
-        for r in rows:
-            print(report.format_line(report.PartResult(**{k: v for k, v in r.items() if k in fields})))
+            from IPython.display import display
+            get_ipython()  # type: ignore[name-defined]  # noqa: F821
+        except (ImportError, NameError):
+            return
+        display(self.figure())
+
+    def figure(self):
+        import matplotlib
+        from matplotlib.figure import Figure
+        fig = Figure(figsize=(6.4, 4.2), dpi=100)
+        ax = fig.subplots()
+        img = ax.imshow(self.grid, cmap="Reds", vmin=0.0, vmax=1.0, interpolation="nearest", aspect="auto")
+        fig.colorbar(img, ax=ax, label="share of wrong elements")
+        th, tw = self.tile
+        lead = "x".join(str(s) for s in self.shape[:-1])
+        ax.set_xlabel(f"column tile ({tw} columns each)")
+        ax.set_ylabel(f"row tile ({th} rows of {lead} each)" if len(self.shape) > 2 else f"row tile ({th} rows each)")
+        wrong = int((self.grid > 0).sum())
+        ax.set_title(f"where {self.what.split(' (')[0]} is wrong: {wrong} of {self.grid.size} tiles\n"
+                     f"{self.what}", fontsize=9)
+        del matplotlib
+        return fig
+
+
+def _tile_size(n: int, max_tiles: int) -> int:
+    """The smallest power of two that cuts ``n`` into at most ``max_tiles`` tiles."""
+    t = 1
+    while -(-n // t) > max_tiles:
+        t *= 2
+    return t
+
+
+# ---------------------------------------------------------------- kernels, as the grader runs them
+
+class _Kernels:
+    """Kernels compiled in the notebook the way the grader gets them: compiled for the GPU's arch
+    (``sm_90a``, ``sm_100a``: what the sandboxed child exports), exported as a shared library and
+    loaded (what the GPU harness runs), the library's ``main`` looked up once. So a check cell's
+    timings are those of the same callable the grader times (calling ``tvm.compile``'s result
+    directly looks ``main`` up again at every call: host time inside every timed call). A kernel
+    whose PrimFunc is unchanged is not compiled again."""
+
+    def __init__(self) -> None:
+        self.folder: str | None = None
+        self.cache: dict[tuple, list] = {}
+
+    def lower(self, prim_func, arch: str | None = None):
+        """(callable, CUDA source) of ``prim_func`` for the GPU present (or ``arch``)."""
+        import tvm
+        import tvm_ffi
+
+        from . import build
+        arch = arch or build.device_arch()
+        key = (int(tvm_ffi.structural_hash(prim_func)), arch)
+        for func, got in self.cache.get(key, []):
+            if tvm_ffi.structural_equal(func, prim_func):
+                return got
+        build.configure_toolchain()
+        tgt = build.target(arch)
+        with tgt:
+            ex = tvm.compile(tvm.IRModule({"main": prim_func}), target=tgt, tir_pipeline="tirx")
+        source = ex.mod.imports[0].inspect_source()
+        if self.folder is None:
+            self.folder = tempfile.mkdtemp(prefix="grader-notebook-kernels-")
+            import atexit
+            import shutil
+            atexit.register(shutil.rmtree, self.folder, True)
+        path = os.path.join(self.folder, f"kernel{sum(map(len, self.cache.values()))}_{arch}.so")
+        ex.export_library(path)
+        got = (tvm.runtime.load_module(path)["main"], source)
+        self.cache.setdefault(key, []).append((prim_func, got))
+        return got
+
+
+_KERNELS = _Kernels()
+
+
+def compile_kernel(prim_func):
+    """A TIRx kernel compiled for this GPU and loaded as the grader loads it; call it with torch
+    tensors and scalars, ``kernel(x, y, out, 0.5)``."""
+    return _KERNELS.lower(prim_func)[0]
+
+
+def time_calls(calls: dict, work: dict | None = None) -> dict:
+    """Median seconds of each call, timed as the grader times (grader/timing.py): interleaved,
+    CUDA events around each call, L2 overwritten before each, until the spread is small. ``work``
+    (optional, name -> bytes) adds the bandwidth in TB/s. Returns {name: {"median_s", ...}}."""
+    from . import timing
+    device = _device()
+    if not device.present:
+        raise RuntimeError(f"timing needs a GPU: {device.reason}")
+    stats = timing.measure_interleaved(dict(calls), timing.CudaEventClock(),
+                                       timing.L2Flusher(device.spec.l2_mib << 20))
+    out = {name: s.summary() for name, s in stats.items()}
+    for name, nbytes in (work or {}).items():
+        out[name]["TB/s"] = nbytes / out[name]["median_s"] / 1e12
+    return out
+
+
+# ---------------------------------------------------------------- the graded cell
+
+def grade(lab: str, part_id: str) -> None:
+    part = _spec(lab).part(part_id)
+    where = "on a GPU, " if part.needs_gpu else ""
+    print(f"{lab}/{part_id} ({report.format_points(part.points)} points): the autograder grades this part from "
+          f"your saved notebook ({where}public and hidden cases, in its own processes); this cell gives no points.")
+    print("    " + _last_check(_RESULTS.get((lab, part_id))))
     return None
 
 
-_PUBLIC_TIMEOUT_S = 900
+def _last_check(res: report.PartResult | None) -> str:
+    if res is None:
+        return "Its check cell above has not run in this kernel: run it for the public cases."
+    if res.verdict == report.SKIPPED:
+        return "Its check cell above skipped it here: " + res.message.split(";")[0] + "."
+    score = f"{report.format_points(res.points)} / {report.format_points(res.max_points)}"
+    return f"Its check cell above, in this kernel: {res.verdict}, {score} on the public cases."
+
+
+# ---------------------------------------------------------------- the last cell: the saved notebook
+
+GRADE_TIMEOUT_S = 3600
+
+
+STUDENT_EDITION = os.path.exists(os.path.join(ROOT, ".student-edition"))   # written by grader/release.py
+
+
+def grade_notebook(lab: str, notebook: str | None = None, public: bool | None = None,
+                   parts: list[str] | None = None) -> None:
+    """Grade the saved notebook as the autograder will (``python -m grader check LAB --submission
+    NOTEBOOK``; ``public``: the public cases only, the default in the student edition, which has
+    no others; ``parts``: only these), printing its lines as they come."""
+    public = STUDENT_EDITION if public is None else public
+    path = os.path.abspath(notebook or os.path.join(os.getcwd(), _spec(lab).notebook))
+    if not os.path.isfile(path):
+        print(f"No saved notebook at {path}: save the notebook first, or give its path (notebook=...).")
+        return None
+    age = time.time() - os.path.getmtime(path)
+    when = f"{age:.0f} s ago" if age < 120 else f"{age / 60:.0f} min ago" if age < 7200 else f"{age / 3600:.1f} h ago"
+    options = (["--public"] if public else []) + [a for p in parts or [] for a in ("--part", p)]
+    cmd = [sys.executable, "-m", "grader", "check", lab, "--submission", path] + options
+    print(f"Grading the saved notebook (saved {when}; save first to grade your latest code):\n"
+          f"  python -m grader check {lab} --submission {path}" + "".join(f" {a}" for a in options), flush=True)
+    env = {k: v for k, v in os.environ.items() if k != "GRADER_SECRET_SEED"}
+    env["PYTHONPATH"] = ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    start = time.monotonic()
+    with subprocess.Popen(cmd, cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, errors="replace", bufsize=1) as proc:
+        try:
+            for line in proc.stdout:
+                print(line, end="", flush=True)
+                if time.monotonic() - start > GRADE_TIMEOUT_S:
+                    proc.kill()
+                    print(f"stopped: grading took more than {GRADE_TIMEOUT_S} s")
+                    break
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    print(f"(graded in {time.monotonic() - start:.0f} s)")
+    return None

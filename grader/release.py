@@ -22,8 +22,8 @@ generators). In their place:
 
 Lecture figures that are drawn from the references (a ``figures.py`` importing ``grader.labs``)
 are shipped drawn, without their script. A few shared files are copied with small edits
-(``PATCHES``): a check cell reports a part the edition cannot check as skipped rather than
-failing, and ``check``/``compile`` default to the notebooks in ``assignments/``. Before it
+(``PATCHES``): ``check``/``compile`` default to the notebooks in ``assignments/``. (A check cell
+reports a part the edition cannot check as skipped, as it reports any skipped part.) Before it
 finishes, the release scans the edition for solution lines and reference code and removes it if
 it finds any.
 
@@ -369,9 +369,6 @@ COMPARISONS = {
 
 # Edits to copies of shared files, so that they fit the edition: (path, old, new, why, required).
 PATCHES = [
-    ("grader/notebook.py", "assert res.verdict == report.PASSED, res.message",
-     "assert res.verdict in (report.PASSED, report.SKIPPED), res.message",
-     "a part the edition cannot check (a kernel part) is skipped, not failed, in a check cell", True),
     ("pyproject.toml", '"specs/*.lock"]', '"specs/*.lock", "public/*.json"]',
      "the public tables are package data", True),
     ("grader/run.py", 'SOLUTIONS_DIR = os.path.join(sandbox.REPO_ROOT, "solutions")',
@@ -811,7 +808,7 @@ def leaks(dest: str) -> list[str]:
     secret = secret_lines()
     found = []
     for dirpath, dirnames, files in os.walk(dest):
-        dirnames[:] = [d for d in dirnames if d not in ("__pycache__", "_build", "generated")]
+        dirnames[:] = [d for d in dirnames if d not in ("__pycache__", "_build", "generated", ".git")]
         if os.path.relpath(dirpath, dest).split(os.sep)[0] == "solutions":
             found.append("a solutions/ folder")
         for f in files:
@@ -865,10 +862,13 @@ users: `conda env create -f environment.yml`.
    `jupyter lab assignments/lab1_roofline/lab1_roofline.ipynb`.
 2. Write your code where a cell says `# YOUR CODE HERE` and replace the `todo("...")` line. Only
    those cells are your submission; keep the function names of the skeleton.
-3. Run each part's check cell as you go. It runs the part's public cases and says what is wrong.
+3. Run each part's check cell as you go. It runs the part's public cases on your live code and
+   prints one line when the part is right; otherwise it stops with what is wrong, said once.
    Parts that need a GPU are skipped on a machine without one. A few parts say "checked by the
    course grader (not in the student edition)": their checks need the course's reference code.
-4. Check the saved notebook from a terminal:
+   The locked graded cells are filled in by the course's autograder; run here, they only say so.
+4. Check the saved notebook with the notebook's last cell (`grade_notebook(...)`), or from a
+   terminal:
 
    ```bash
    python -m grader check lab1_roofline --public --submission assignments/lab1_roofline/lab1_roofline.ipynb
@@ -938,10 +938,45 @@ def _check_dest(dest: str, force: bool) -> None:
 
 
 def _prepare(dest: str, force: bool) -> None:
+    """An empty ``dest``; an earlier edition's files are removed, its git history (``.git``) kept,
+    so that a new release is a new commit the students can pull."""
     _check_dest(dest, force)
-    if os.path.isdir(dest) and os.listdir(dest):
-        shutil.rmtree(dest)
+    _clear(dest)
     os.makedirs(dest, exist_ok=True)
+
+
+def _clear(dest: str) -> None:
+    """Remove everything in ``dest`` but its git history."""
+    for name in os.listdir(dest) if os.path.isdir(dest) else []:
+        if name == ".git":
+            continue
+        path = os.path.join(dest, name)
+        shutil.rmtree(path) if os.path.isdir(path) and not os.path.islink(path) else os.remove(path)
+
+
+GIT_IDENTITY = ["-c", "user.name=Course release", "-c", "user.email=course-release@localhost",
+                "-c", "commit.gpgsign=false"]
+
+
+def _commit(dest: str, progress) -> str:
+    """Make ``dest`` a git repository (or add to its history) with everything the release wrote in
+    one commit; returns the commit id, or "" when git is not installed."""
+    if shutil.which("git") is None:
+        progress("  note: git is not installed, so the edition is a plain folder (not a repository)")
+        return ""
+
+    def git(*args: str) -> subprocess.CompletedProcess:
+        proc = subprocess.run(["git", *GIT_IDENTITY, *args], cwd=dest, capture_output=True, text=True, timeout=300)
+        if proc.returncode:
+            raise ReleaseError(f"git {args[0]} in {dest} failed: {proc.stderr.strip()[-1000:]}")
+        return proc
+
+    if not os.path.isdir(os.path.join(dest, ".git")):
+        git("init", "-q")
+    git("add", "-A")
+    if git("status", "--porcelain").stdout.strip():
+        git("commit", "-q", "-m", f"Student edition of the course (from {_source_commit()})")
+    return git("rev-parse", "HEAD").stdout.strip()
 
 
 def _copy_grader(dest: str) -> None:
@@ -1038,7 +1073,8 @@ def build_release(dest: str, force: bool = False, progress=print) -> dict:
         f.write(f"student edition of the course, made by `python -m grader release` from {_source_commit()}\n")
     found = leaks(dest)
     if found:
-        shutil.rmtree(dest)
+        _clear(dest)
         raise ReleaseError("the edition would leak solutions, so it was removed:\n  " + "\n  ".join(found[:20]))
-    progress(f"wrote the student edition to {dest}")
+    commit = _commit(dest, progress)
+    progress(f"wrote the student edition to {dest}" + (f" (a git repository, commit {commit[:12]})" if commit else ""))
     return tables

@@ -164,13 +164,26 @@ def to_gradescope(report: Report) -> dict[str, Any]:
             "output": f"[{r.verdict}] {r.message}",
             "visibility": "visible",
         })
-    gpu = report.gpu.get("name") or "no GPU"
     return {
         "score": display_points(report.points),
-        "output": f"graded on {gpu}; inputs {report.seed}; row {report.gpu.get('row', '-')}",
+        "output": gradescope_summary(report),
         "tests": tests,
         "visibility": "visible",
     }
+
+
+def gradescope_summary(report: Report) -> str:
+    """The line above the tests: where it was graded (the GPU and its threshold row, or that there
+    was none, with what that means for the GPU parts) and which inputs."""
+    name, row = report.gpu.get("name"), report.gpu.get("row")
+    if name and row:
+        where = f"graded on {name} (performance thresholds of the {row} row)"
+    elif name:
+        where = f"graded on {name}"
+    else:
+        skipped = [r for r in report.results if r.verdict == SKIPPED]
+        where = "graded without a GPU" + (f": {len(skipped)} GPU part(s) skipped, 0 points" if skipped else "")
+    return f"{where}; inputs {report.seed}"
 
 
 def write_gradescope(report: Report, path: str) -> None:

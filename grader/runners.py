@@ -150,9 +150,12 @@ class Check:
 def check(problem: problems.Problem, outs: dict[str, torch.Tensor], ref: dict[str, torch.Tensor],
           tol: dict[str, compare.Tolerance], label: str, rows: torch.Tensor | None = None,
           originals: dict[str, torch.Tensor] | None = None,
-          given: dict[str, torch.Tensor] | None = None) -> Check:
+          given: dict[str, torch.Tensor] | None = None,
+          on_mismatch: Callable[..., None] | None = None) -> Check:
     """Compare every output with the reference (restricted to ``rows`` along the output's row
-    axis when rows are sampled), and the inputs the kernel was given with their originals."""
+    axis when rows are sampled), and the inputs the kernel was given with their originals.
+    ``on_mismatch(what, got, expected, tolerance)`` is told of every output that differs (a
+    notebook's check cell draws where)."""
     bad, errs = [], {}
     for op in problem.outputs:
         got = outs[op.name]
@@ -164,6 +167,8 @@ def check(problem: problems.Problem, outs: dict[str, torch.Tensor], ref: dict[st
         errs[op.name] = _plain_err(c.max_abs_err)
         if not c.ok:
             bad.append(c.message)
+            if on_mismatch is not None and tuple(got.shape) == tuple(ref[op.name].shape):
+                on_mismatch(what, got, ref[op.name], tol[op.name])
     for name, t in (given or {}).items():
         if not torch.equal(t, originals[name]):
             bad.append(f"the kernel wrote into its input {name} ({label})")
@@ -205,7 +210,8 @@ def correctness(module, ctx: Context, env: Env | None = None) -> Outcome:
             ref, tol = frozen(prob.reference(ins, scalars, shape)), prob.tolerance(shape, ins)
             _run(prob, ex, {**given, **outs}, scalars, env)
             label = prob.describe(shape) + _scalar_text(scalars)
-            res = check(prob, outs, ref, tol, label, originals=ins, given=given)
+            res = check(prob, outs, ref, tol, label, originals=ins, given=given,
+                        on_mismatch=getattr(ctx, "on_mismatch", None))
             cases.append({"builder": name, "shape": list(shape), "ok": res.ok, "max_abs_err": res.max_abs_err})
             if not res.ok:
                 fails.append(f"{name}: {res.message}")
@@ -266,7 +272,7 @@ def speed(module, ctx: Context, env: Env | None = None) -> Outcome:
         outs = prob.make_outputs(shape, env.device)
         tensors = {**given, **outs}
         _run(prob, ex, tensors, scalars, env)
-        res = check(prob, outs, ref, tol, f"{label}, before timing", rows, ins, given)
+        res = check(prob, outs, ref, tol, f"{label}, before timing", rows, ins, given, on_mismatch=getattr(ctx, "on_mismatch", None))
         if not res.ok:
             return Outcome(0.0, f"{name}: not timed: wrong result at {label}; {res.message}",
                            {"problem": prob.name, "builder": name, "shape": list(shape)})
@@ -306,7 +312,7 @@ def speed(module, ctx: Context, env: Env | None = None) -> Outcome:
         if out.verdict == "failed":
             return Outcome(0.0, f"{name} at {label}: {out.message}", out.measurements, verdict="failed")
         env.sync()
-        res = check(prob, outs, ref, tol, f"{label}, after timing", rows, ins, given)
+        res = check(prob, outs, ref, tol, f"{label}, after timing", rows, ins, given, on_mismatch=getattr(ctx, "on_mismatch", None))
         if not res.ok:
             return Outcome(0.0, f"{name}: wrong result after timing at {label}; {res.message}", out.measurements)
         m = out.measurements

@@ -301,7 +301,7 @@ def cmd_batch_slurm(args, subs: list[batch.Submission], results_dir: str) -> int
               f"`python -m grader collect {results_dir}`")
         return 0
     progress = batch.Progress(args.lab, len(subs), done=len(done),
-                              failed=sum(batch.student_failed(s) for s in done))
+                              errors=sum(batch.has_grading_errors(s) for s in done))
     try:
         wait(manifest_path, cfg.poll_s, progress)
     except KeyboardInterrupt:
@@ -458,7 +458,8 @@ def collect(results_dir: str, labs: list[str] | None = None, resubmit: bool = Fa
                 wait(path, poll_s)
         summary, dead = collect_lab(results_dir, lab)
         print(f"{lab}: {summary['students']} students with results, {summary['done']} graded, "
-              f"{len(summary['failed'])} with errors{': ' + ', '.join(summary['failed']) if summary['failed'] else ''}")
+              f"{len(summary['grading_errors'])} with grading errors"
+              f"{': ' + ', '.join(summary['grading_errors']) if summary['grading_errors'] else ''}")
         for _, index, why in dead:
             print(f"  dead task {index}: {why}")
         if dead and not resubmit:

@@ -175,6 +175,9 @@ def test_readme_flow_collects_autogrades_and_exports(flow):
     for name in STUDENTS:
         assert (course / "submitted" / name / LAB / f"{LAB}.ipynb").is_file(), name
         assert (course / "feedback" / name / LAB / f"{LAB}.html").is_file(), name
+        # collect keeps the submission time (late penalties and `collect --update` need it)
+        stamp = (course / "submitted" / name / LAB / "timestamp.txt").read_text().strip()
+        assert re.match(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", stamp), stamp
     with open(course / "grades.csv") as f:
         rows = {r.split(",")[3]: r.split(",") for r in f.read().splitlines()[1:]}
     assert set(rows) >= set(STUDENTS), rows
@@ -245,17 +248,14 @@ def test_grader_report_carries_no_seed(flow):
             f"(seed field: {json.loads(text).get('seed')!r}): a report must never hold the secret")
 
 
-@pytest.mark.slow
-def test_grade_in_a_students_jupyter_gives_no_score(root, tmp_path, capsys, monkeypatch):
+def test_grade_in_a_students_jupyter_gives_no_score(capsys):
+    """A graded cell run by a student prints that it gives no points (and writes no number for
+    nbgrader to read as a score)."""
     from grader import notebook
-    shutil.copy(os.path.join(root, "solutions", LAB, f"{LAB}.ipynb"), tmp_path)
-    monkeypatch.chdir(tmp_path)
     assert notebook.grade(LAB, "a_flops") is None
     out = capsys.readouterr()
-    assert "filled in by the autograder" in out.out
-    assert f"--submission {tmp_path / (LAB + '.ipynb')} --part a_flops --public" in out.out
-    assert re.search(rf"\[PASS\] {LAB}/a_flops\s+2\.00 / 2", out.out), out.out
-    assert out.err == ""
+    assert "the autograder grades this part from your saved notebook" in out.out and "gives no points" in out.out
+    assert not re.search(r"^\s*\d+(\.\d+)?\s*$", out.out, re.M) and out.err == ""
 
 
 def test_autograde_preprocessor_scores_zero_without_a_report(tmp_path):

@@ -3,6 +3,8 @@ worth the part's points, and every check or grade call names a part that exists.
 import json
 import os
 import re
+import shutil
+import subprocess
 
 import pytest
 
@@ -65,3 +67,37 @@ def test_check_cells_name_real_parts(root, lab):
             if fn == "check":
                 checked.add(part)
     assert checked, f"{lab}'s notebook has no check cells"
+
+
+@pytest.mark.parametrize("lab", LABS)
+def test_the_last_cell_grades_the_saved_notebook(root, lab):
+    code = [_source(c) for c in _notebook(root, lab)["cells"] if c["cell_type"] == "code"]
+    assert re.match(rf"""grade_notebook\(["']{lab}["']\)""", code[-1]), code[-1]
+    assert any(re.search(r"from grader\.notebook import .*\bgrade_notebook\b", src) for src in code[:3])
+
+
+@pytest.mark.parametrize("lab", LABS)
+def test_kernels_are_timed_the_graders_way(root, lab):
+    """A cell that times kernels uses grader.notebook.time_calls (the grader's timing code), and a
+    kernel it runs comes from compile_kernel (loaded as the grader loads it): a notebook's own
+    event pairs or tvm.compile results would measure something else than the grader."""
+    for src in (_source(c) for c in _notebook(root, lab)["cells"] if c["cell_type"] == "code"):
+        assert "elapsed_time(" not in src and "median_ms" not in src, src[:300]
+        if "time_calls(" in src:
+            assert "tvm.compile(" not in src, src[:300]
+
+
+def test_what_notebooks_and_the_readme_write_is_git_ignored(root):
+    """Plots the notebooks save beside themselves, and the README's results folders."""
+    if shutil.which("git") is None or not os.path.exists(os.path.join(root, ".git")):
+        pytest.skip("not a git checkout")
+    paths = ["results/lab1_roofline/alice/report.json", "results-slurm/lab1_roofline/tasks.json"]
+    for lab in LABS:
+        for src in (_source(c) for c in _notebook(root, lab)["cells"] if c["cell_type"] == "code"):
+            for name in re.findall(r"""["']([\w{}]+\.png)["']""", src):
+                name = re.sub(r"\{[^}]*\}", "0", name)
+                paths += [f"assignments/{lab}/{name}", f"solutions/{lab}/{name}"]
+    assert len(paths) > 10
+    proc = subprocess.run(["git", "check-ignore", "--no-index", "--stdin"], cwd=root, input="\n".join(paths),
+                          capture_output=True, text=True)
+    assert sorted(proc.stdout.split()) == sorted(paths), set(paths) - set(proc.stdout.split())

@@ -27,7 +27,7 @@ def edition(root, tmp_path_factory):
 
 def _text_files(top):
     for dirpath, dirnames, files in os.walk(top):
-        dirnames[:] = [d for d in dirnames if d != "__pycache__"]
+        dirnames[:] = [d for d in dirnames if d not in ("__pycache__", ".git")]
         for f in files:
             path = os.path.join(dirpath, f)
             try:
@@ -176,22 +176,28 @@ CHECK_SCRIPT = textwrap.dedent("""
     edition, notebook, lab, parts = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4].split(",")
     import grader
     assert grader.__file__.startswith(edition), grader.__file__
-    from grader.notebook import check
+    from grader.notebook import CheckFailed, check, last_result
     with open(notebook) as f:
         nb = json.load(f)
+    import linecache
     ns = {"__name__": "__main__"}
-    for cell in nb["cells"]:
+    for i, cell in enumerate(nb["cells"]):
         meta = cell["metadata"]
         nbg = meta.get("nbgrader", {})
         given = "module" in meta.get("tags", [])
         if cell["cell_type"] == "code" and (given or (nbg.get("solution") and not nbg.get("grade"))):
             src = cell["source"] if isinstance(cell["source"], str) else "".join(cell["source"])
-            exec(compile(src, "cell", "exec"), ns)
+            name = f"<cell {i}>"          # kept in linecache, as Jupyter keeps its cells (TIRx reads them)
+            linecache.cache[name] = (len(src), None, src.splitlines(True), name)
+            exec(compile(src, name, "exec"), ns)
     out = {}
     for part in parts:
         try:
-            res = check(lab, part, ns)
+            check(lab, part, ns)
+            res = last_result(lab, part)
             out[part] = [res.verdict, res.message]
+        except CheckFailed as e:
+            out[part] = ["raised " + type(e).__name__, e.result.message]
         except BaseException as e:
             out[part] = ["raised " + type(e).__name__, str(e)]
     print("RESULT " + json.dumps(out))
@@ -216,7 +222,7 @@ def test_public_checks_in_a_fresh_process(root, edition, tmp_path):
     for part in cpu:
         assert good[part][0] == "passed", (part, good[part])
         assert "public cases" in good[part][1]
-    assert good["b_build"] == ["skipped", "checked by the course grader (not in the student edition)"]
+    assert good["b_build"][0] == "passed" and "sm_100a: compiled" in good["b_build"][1], good["b_build"]
     student = os.path.join(edition, "assignments", lab, spec.load(lab).notebook)
     bad = _check_in_edition(edition, student, lab, cpu)
     for part in cpu:
@@ -259,6 +265,37 @@ def test_cli_compile_in_the_edition(root, edition, tmp_path):
     for arch in spec.load(lab).part("b_build").params["archs"]:
         assert (out / f"build_scale_add.{arch}.ptx").stat().st_size > 0
         assert (out / f"build_scale_add.{arch}.sass").stat().st_size > 0
+
+
+def test_edition_is_a_git_repository_with_everything_committed(edition):
+    log = subprocess.run(["git", "log", "--format=%s"], cwd=edition, capture_output=True, text=True)
+    assert log.returncode == 0 and log.stdout.startswith("Student edition of the course"), log.stdout + log.stderr
+    status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"], cwd=edition,
+                            capture_output=True, text=True)
+    assert status.returncode == 0 and status.stdout == "", status.stdout
+    tracked = subprocess.run(["git", "ls-files"], cwd=edition, capture_output=True, text=True).stdout.split()
+    assert "grader/notebook.py" in tracked and "grader/public/lab1_roofline.json" in tracked
+
+
+def test_the_editions_last_cell_grades_the_public_cases(edition):
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "GRADER_SECRET_SEED")}
+    proc = subprocess.run([sys.executable, "-c", "from grader import notebook; print(notebook.STUDENT_EDITION)"],
+                          cwd=edition, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.stdout.strip() == "True", proc.stdout + proc.stderr
+    from grader import notebook
+    assert notebook.STUDENT_EDITION is False         # the full repository grades hidden cases too
+
+
+def test_check_and_compile_agree_on_the_parts_they_check(edition):
+    """`compile` compiles every build part's kernels; the edition's check cells and `check --public`
+    grade those same parts (none is left to the course grader)."""
+    for lab in LABS:
+        with open(os.path.join(edition, "grader", "public", f"{lab}.json")) as f:
+            table = json.load(f)
+        builds = {p.id for p in spec.load(lab).parts if p.kind == "build"}
+        checked = set(table["parts"]) | set(table["shipped"]) | set(table["default_runner"])
+        assert builds <= checked, (lab, sorted(builds - checked))
+        assert not builds & set(table["course_grader_only"]), lab
 
 
 def test_release_refuses_a_folder_in_use(root, tmp_path):

@@ -118,37 +118,43 @@ def builder_args(params: dict) -> dict:
 
 
 def build_part(module, ctx: Context, extra: Callable | None = None) -> Outcome:
-    """Compile-only check for every arch the part lists, with its mechanism checks (in the SASS
-    and PTX the grader assembled itself: the code the harness would launch). ``extra(art)`` ->
-    (ok, message, measurements) is a further check of the lab's on each arch's artifacts; an
-    exception in any check is the part's error verdict, never a pass."""
+    """Compile-only check of every builder the part names (``builder`` or ``builders``) for every
+    arch it lists, with its mechanism checks, in the PTX and SASS the grader assembled itself (the
+    code the harness would launch). ``extra(builder, art)`` -> (ok, message, measurements) is a
+    further check of the lab's on each kernel's artifacts (its launch plan, its PTX). Each
+    (builder, arch) is compiled once and scores an equal share; an exception in a check is the
+    part's error verdict, never a pass."""
     p = ctx.part.params
-    builder = student(module, p["builder"])
+    names = builder_names(p)
     args = builder_args(p)
-    per_arch, lines, meas = [], [], {}
-    for arch in p["archs"]:
-        kw = dict(args)
-        if kw.get("num_sms") == "arch":      # a persistent kernel compiled for the track's reference GPU
-            kw["num_sms"] = hardware.SPECS[hardware.TRACK_DEFAULT[arch]].sm_count
-        try:
-            art = build.compile_only(builder(**kw), arch, want_sass=True)
-        except NotImplementedError:
-            raise
-        except build.BuildError as e:
-            per_arch.append(0.0)
-            lines.append(f"{arch}: does not build: {e}")
-            continue
-        checks = inspect.check_all(ctx.part.mechanisms, {"sass": art.sass, "ptx": art.ptx})
-        good = all(c.ok for c in checks)
-        meas[arch] = {c.name: c.count for c in checks}
-        line = f"{arch}: compiled; " + "; ".join(c.message for c in checks)
-        if extra is not None:
-            ok, msg, m = extra(art)
-            good, line = good and ok, line + "; " + msg
-            meas[arch].update(m)
-        per_arch.append(1.0 if good else 0.0)
-        lines.append(line)
-    return Outcome(sum(per_arch) / len(per_arch), " | ".join(lines), meas)
+    scores, lines, meas = [], [], {}
+    for name in names:
+        builder = student(module, name)
+        per_arch, where = [], meas if len(names) == 1 else meas.setdefault(name, {})
+        for arch in p["archs"]:
+            kw = dict(args)
+            if kw.get("num_sms") == "arch":      # a persistent kernel compiled for the track's reference GPU
+                kw["num_sms"] = hardware.SPECS[hardware.TRACK_DEFAULT[arch]].sm_count
+            try:
+                art = build.compile_only(builder(**kw), arch, want_sass=True)
+            except NotImplementedError:
+                raise
+            except build.BuildError as e:
+                scores.append(0.0)
+                per_arch.append(f"{arch}: does not build: {e}")
+                continue
+            checks = inspect.check_all(ctx.part.mechanisms, {"sass": art.sass, "ptx": art.ptx})
+            good = all(c.ok for c in checks)
+            where[arch] = {c.name: c.count for c in checks}
+            line = f"{arch}: compiled; " + "; ".join(c.message for c in checks)
+            if extra is not None:
+                ok, msg, m = extra(name, art)
+                good, line = good and ok, line + "; " + msg
+                where[arch].update(m)
+            scores.append(1.0 if good else 0.0)
+            per_arch.append(line)
+        lines.append((f"{name}: " if len(names) > 1 else "") + " | ".join(per_arch))
+    return Outcome(sum(scores) / len(scores), " || ".join(lines), meas)
 
 
 def sync() -> None:

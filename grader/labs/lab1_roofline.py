@@ -133,12 +133,6 @@ def grade_predict(module, ctx: Context) -> Outcome:
                               common.public_len(op_cases, ctx, per_case=2))
 
 
-# ---------------------------------------------------------------- part b
-
-def grade_build(module, ctx: Context) -> Outcome:
-    return common.build_part(module, ctx)
-
-
 # ---------------------------------------------------------------- part c
 
 def grade_roofline(module, ctx: Context) -> Outcome:
@@ -191,7 +185,7 @@ GRADERS = {
     "a_flops": grade_flops,
     "a_bytes": grade_bytes,
     "a_predict": grade_predict,
-    "b_build": grade_build,
-    # b_correct and b_speed: problem "scale_add" (grader/problems.py), graded by grader/runners.py
+    # b_build: the default build runner (common.build_part); b_correct and b_speed: problem
+    # "scale_add" (grader/problems.py), graded by grader/runners.py
     "c_roofline": grade_roofline,
 }

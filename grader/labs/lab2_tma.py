@@ -15,7 +15,8 @@
   parts the default runners grade.
 
 Besides the PTX mechanisms its spec lists, each build part checks the tensor maps the
-kernel's host code encodes: every one must use the 128-byte swizzle (the lesson of the lab).
+kernel's host code encodes: every one must use the 128-byte swizzle (the lesson of the lab;
+grader/labs/build_checks.py).
 """
 from __future__ import annotations
 
@@ -23,12 +24,10 @@ import math
 
 from .. import inputs
 from ..context import Context, Outcome
-from . import common
+from . import build_checks, common
 
 LAB = "lab2_tma"
 BOX_DIM_MAX = 256           # hardware limit on every box dimension, in elements
-SWIZZLE_CODES = {0: "none", 1: "32B", 2: "64B", 3: "128B"}   # CUtensorMapSwizzle values
-REQUIRED_SWIZZLE = 3        # the build parts require CU_TENSOR_MAP_SWIZZLE_128B
 
 
 # ---------------------------------------------------------------- reference answers
@@ -212,44 +211,11 @@ def grade_ring(module, ctx: Context) -> Outcome:
                               common.public_len(ring_cases, ctx))
 
 
-# ---------------------------------------------------------------- tensor maps in the host code
+# ---------------------------------------------------------------- the build parts
 
-def maps_of_plan(plan: dict) -> list[dict]:
-    """The tensor maps of a launch plan (grader/devcode.py), as the lab shows them: the tensor's
-    name, dims and box innermost first, strides in bytes, swizzle code."""
-    names = [p["name"] for p in plan["signature"]]
-    return [{"tensor": names[m["tensor"]], "rank": m["rank"], "global_dims": tuple(m["sizes"]),
-             "global_strides": tuple(m["strides"]), "box_dims": tuple(m["box"]), "swizzle": m["swizzle"]}
-            for m in plan["tensormaps"]]
-
-
-def tensor_maps(prim_func, arch: str) -> list[dict]:
-    """The tensor maps a kernel's host code encodes (``cuTensorMapEncodeTiled`` calls), read from
-    the lowered host TIR (the same reading the grader makes of every submitted kernel)."""
-    from .. import devcode
-    host, device = devcode.lower(prim_func, arch)
-    return maps_of_plan(devcode.plan(prim_func, host, device))
-
-
-def swizzle_check(art) -> tuple[bool, str, dict]:
-    """Every tensor map of the kernel's launch plan (the descriptors the harness would encode)
-    uses the 128B swizzle."""
-    maps = maps_of_plan(art.plan)
-    meas = {"tensor_maps": maps}
-    if not maps:
-        return False, "no tensor map in the host code: the kernel uses no TMA", meas
-    text = "; ".join(f"{m['tensor']}: dims {m['global_dims']}, box {m['box_dims']}, "
-                     f"swizzle {SWIZZLE_CODES.get(m['swizzle'], m['swizzle'])}" for m in maps)
-    bad = [m["tensor"] for m in maps if m["swizzle"] != REQUIRED_SWIZZLE]
-    if bad:
-        return False, (f"tensor maps: {text}; MISSING the 128B swizzle on {', '.join(bad)} (allocate the SMEM "
-                       "tile with mma_shared_layout(..., SWIZZLE_128B_ATOM, ...))"), meas
-    return True, f"tensor maps: {text}", meas
-
-
-def grade_build(module, ctx: Context) -> Outcome:
-    """Compile-only mechanism checks (common.build_part) and the swizzle of every tensor map."""
-    return common.build_part(module, ctx, swizzle_check)
+# The tensor maps of the host code and the 128B-swizzle check live in build_checks, which the
+# student edition ships; tensor_maps is kept here for the lab's readers.
+tensor_maps = build_checks.tensor_maps
 
 
 GRADERS = {
@@ -257,7 +223,7 @@ GRADERS = {
     "a_map": grade_map,
     "b_expect_tx": grade_expect_tx,
     "c_ring": grade_ring,
-    "d_build": grade_build,
-    "e_build": grade_build,
+    "d_build": build_checks.tma_build,
+    "e_build": build_checks.tma_build,
     # d_correct, e_correct and e_speed: problem "affine" (grader/problems.py), graded by grader/runners.py
 }

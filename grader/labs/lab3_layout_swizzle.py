@@ -26,7 +26,7 @@ import dataclasses
 
 from .. import inputs
 from ..context import Context, Outcome
-from . import common
+from . import build_checks, common
 
 LAB = "lab3_layout_swizzle"
 
@@ -516,42 +516,12 @@ def check_swizzle_figure(axes: list[dict], swizzle_bytes: int) -> tuple[bool, st
                    f"(an 8 x {n} grid, as swizzle_chunks gives it, inverted per row)")
 
 
-# ---------------------------------------------------------------- part d
-
-def grade_build(module, ctx: Context) -> Outcome:
-    """common.build_part for each variant, then a look at the CUDA source: both variants stage
-    the tile in shared memory, and the swizzled one computes an XOR."""
-    from .. import build
-    p = ctx.part.params
-    fracs, lines, meas = [], [], {}
-    for name in p["builders"]:
-        sub = dataclasses.replace(ctx.part, params={"builder": name, "archs": p["archs"], "m": p["m"], "n": p["n"]})
-        out = common.build_part(module, dataclasses.replace(ctx, part=sub))
-        try:
-            _, src = build.lower(common.student(module, name)(p["m"], p["n"]), p["archs"][0])
-        except Exception:  # noqa: BLE001 - build_part already said why
-            src = ""
-        extra_ok, extra = True, []
-        if src:
-            if "__shared__" not in src:
-                extra_ok = False
-                extra.append("MISSING: no shared-memory buffer in the CUDA source")
-            if name.endswith("swizzled") and "^" not in src:
-                extra_ok = False
-                extra.append("MISSING: no XOR in the swizzled kernel's CUDA source")
-        frac = out.fraction if extra_ok else 0.0
-        fracs.append(frac)
-        meas[name] = out.measurements
-        lines.append(f"{name}: {out.message}" + (f"; {'; '.join(extra)}" if extra else ""))
-    return Outcome(sum(fracs) / len(fracs), " || ".join(lines), meas)
-
-
 GRADERS = {
     "a_index": grade_index,
     "a_layouts": grade_layouts,
     "b_counter": grade_counter,
     "b_patterns": grade_patterns,
     "c_atom": grade_atom,
-    "d_build": grade_build,
+    "d_build": build_checks.transpose_build,   # both kernels through shared memory, the swizzled one with an XOR
     # d_correct and d_speed: problem "transpose" (grader/problems.py), graded by grader/runners.py
 }

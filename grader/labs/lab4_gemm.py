@@ -276,10 +276,6 @@ def grade_grid(module, ctx: Context) -> Outcome:
 
 # ---------------------------------------------------------------- build parts
 
-def grade_build(module, ctx: Context) -> Outcome:
-    return common.build_part(module, ctx)
-
-
 # ---------------------------------------------------------------- the accumulator hazard in SASS
 
 def _not_implemented(e: Exception) -> bool:
@@ -330,18 +326,11 @@ def grade_sass(module, ctx: Context) -> Outcome:
 GRADERS = {
     "a_desc": grade_desc,
     "a_frag": grade_frag,
-    "s1_build_sm90": grade_build,
-    "s1_build_sm100": grade_build,
     "s1_sync": grade_sync,
-    "s2_build_sm90": grade_build,
-    "s2_build_sm100": grade_build,
     "s2_phase": grade_phase,
-    "s3_build_sm90": grade_build,
-    "s3_build_sm100": grade_build,
     "s3_grid": grade_grid,
-    "s4_build_sm90": grade_build,
-    "s4_build_sm100": grade_build,
     "sass_hazard": grade_sass,
+    # s1..s4_build_sm90/_sm100: the default build runner (common.build_part);
     # s1..s4_correct, s3_speed and s4_speed: problem "gemm" (grader/problems.py), graded by
     # grader/runners.py with the builder of the GPU's track
 }

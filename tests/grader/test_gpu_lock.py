@@ -4,7 +4,6 @@ import fcntl
 import os
 from types import SimpleNamespace
 
-import pytest
 
 from grader import sandbox, run
 

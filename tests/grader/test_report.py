@@ -54,6 +54,16 @@ def test_gradescope_export(tmp_path):
     assert gs["tests"][2]["output"].startswith("[skipped]")
 
 
+def test_gradescope_says_where_it_was_graded_and_never_none():
+    on_gpu = report.to_gradescope(report.Report(_results(), {"name": "NVIDIA H200", "row": "H200"}, seed="public",
+                                                submission="x"))
+    assert on_gpu["output"] == "graded on NVIDIA H200 (performance thresholds of the H200 row); inputs public"
+    cpu_facts = {"present": False, "name": None, "row": None, "row_note": "", "track": None, "reason": "no GPU"}
+    on_cpu = report.to_gradescope(report.Report(_results(), cpu_facts, seed="public", submission="x"))
+    assert on_cpu["output"] == "graded without a GPU: 1 GPU part(s) skipped, 0 points; inputs public"
+    assert "None" not in json.dumps(on_cpu) and "row" not in on_cpu["output"]
+
+
 def test_nbgrader_score_is_partial_points():
     assert report.nbgrader_score(_results()[1]) == 1.5
 

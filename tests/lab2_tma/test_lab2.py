@@ -11,7 +11,7 @@ from conftest import import_notebook
 
 from grader import build, hardware, inputs, inspect, labs, report, run, spec
 from grader.context import Context
-from grader.labs import lab2_tma
+from grader.labs import build_checks, lab2_tma
 
 LAB = "lab2_tma"
 SOLUTION = ("solutions", LAB, "lab2_tma.ipynb")
@@ -41,7 +41,7 @@ def test_reference_tensor_map_matches_what_tvm_encodes(root, tmp_path):
         assert m["global_dims"] == ref["global_dims"]
         assert m["global_strides"] == ref["global_strides"]
         assert m["box_dims"] == ref["box_dims"]
-        assert m["swizzle"] == lab2_tma.REQUIRED_SWIZZLE
+        assert m["swizzle"] == build_checks.REQUIRED_SWIZZLE
 
 
 def test_ring_reference_matches_the_phase_table():

@@ -1,0 +1,69 @@
+"""Build parts that check more than the mechanisms in the SASS: the tensor maps of Lab 2's TMA
+kernels and the CUDA source of Lab 3's transposes. They hold no reference answer, so the student
+edition ships this module and its check cells, ``check --public`` and ``compile`` all check these
+parts (grader/release.py)."""
+from __future__ import annotations
+
+from ..context import Context, Outcome
+from . import common
+
+SWIZZLE_CODES = {0: "none", 1: "32B", 2: "64B", 3: "128B"}   # CUtensorMapSwizzle values
+REQUIRED_SWIZZLE = 3        # Lab 2's build parts require CU_TENSOR_MAP_SWIZZLE_128B
+
+
+def maps_of_plan(plan: dict) -> list[dict]:
+    """The tensor maps of a launch plan (grader/devcode.py), as the lab shows them: the tensor's
+    name, dims and box innermost first, strides in bytes, swizzle code."""
+    names = [p["name"] for p in plan["signature"]]
+    return [{"tensor": names[m["tensor"]], "rank": m["rank"], "global_dims": tuple(m["sizes"]),
+             "global_strides": tuple(m["strides"]), "box_dims": tuple(m["box"]), "swizzle": m["swizzle"]}
+            for m in plan["tensormaps"]]
+
+
+def tensor_maps(prim_func, arch: str) -> list[dict]:
+    """The tensor maps a kernel's host code encodes (``cuTensorMapEncodeTiled`` calls), read from
+    the lowered host TIR: the same reading the grader makes of every submitted kernel."""
+    from .. import devcode
+    host, device = devcode.lower(prim_func, arch)
+    return maps_of_plan(devcode.plan(prim_func, host, device))
+
+
+def swizzle_check(name: str, art) -> tuple[bool, str, dict]:
+    """Every tensor map of the kernel's launch plan (the descriptors the harness would encode)
+    uses the 128-byte swizzle (the lesson of Lab 2)."""
+    maps = maps_of_plan(art.plan)
+    meas = {"tensor_maps": maps}
+    if not maps:
+        return False, "no tensor map in the host code: the kernel uses no TMA", meas
+    text = "; ".join(f"{m['tensor']}: dims {m['global_dims']}, box {m['box_dims']}, "
+                     f"swizzle {SWIZZLE_CODES.get(m['swizzle'], m['swizzle'])}" for m in maps)
+    bad = [m["tensor"] for m in maps if m["swizzle"] != REQUIRED_SWIZZLE]
+    if bad:
+        return False, (f"tensor maps: {text}; MISSING the 128B swizzle on {', '.join(bad)} (allocate the SMEM "
+                       "tile with mma_shared_layout(..., SWIZZLE_128B_ATOM, ...))"), meas
+    return True, f"tensor maps: {text}", meas
+
+
+def tma_build(module, ctx: Context) -> Outcome:
+    """Lab 2: compile-only mechanism checks, then the swizzle of every tensor map of the plan."""
+    return common.build_part(module, ctx, swizzle_check)
+
+
+def staged_transpose(name: str, art) -> tuple[bool, str, dict]:
+    """Lab 3: the tile goes through shared memory (st.shared and ld.shared in the PTX the grader
+    assembles), and the swizzled kernel computes an XOR of its addresses (xor in that PTX)."""
+    ptx = art.ptx
+    found = {"st.shared": ptx.count("st.shared"), "ld.shared": ptx.count("ld.shared"), "xor": ptx.count("xor.b")}
+    problems = []
+    if not (found["st.shared"] and found["ld.shared"]):
+        problems.append("MISSING: the tile is not staged in shared memory (no st.shared/ld.shared in the PTX)")
+    if name.endswith("swizzled") and not found["xor"]:
+        problems.append("MISSING: no XOR in the swizzled kernel's PTX")
+    return (not problems, "; ".join(problems) or "staged in shared memory" + (" with an XOR swizzle" if
+                                                                               name.endswith("swizzled") else ""), found)
+
+
+def transpose_build(module, ctx: Context) -> Outcome:
+    """Lab 3: both transposes compile with their mechanisms, stage the tile in shared memory, and
+    the swizzled one computes an XOR (each kernel once)."""
+    return common.build_part(module, ctx, staged_transpose)

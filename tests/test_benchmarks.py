@@ -1,0 +1,70 @@
+"""benchmarks/notebook_times.py: a notebook run top to bottom in a kernel, every cell timed and
+classified, errors and GPU skips recorded, and the goals checked."""
+import json
+import os
+import sys
+
+import nbformat
+import pytest
+
+from conftest import ROOT
+
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+import notebook_times as nt  # noqa: E402
+
+
+def _cell(src, **nbgrader):
+    c = nbformat.v4.new_code_cell(src)
+    if nbgrader:
+        c.metadata["nbgrader"] = dict(nbgrader, schema_version=3)
+    return c
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("times")
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        _cell("import time\ndef check(lab, part, ns):\n    print('[SKIP] ' + part) if part == 'b_correct' else None\n"
+              "def grade(lab, part):\n    print('no points here')\n"
+              "def grade_notebook(lab):\n    time.sleep(0.2)", grade=False, grade_id="setup", locked=True, solution=False),
+        nbformat.v4.new_markdown_cell("## Part a"),
+        _cell("def f():\n    return 1", grade=False, grade_id="a", locked=False, solution=True),
+        _cell('check("lab1_roofline", "a_flops", globals())  # public cases'),
+        _cell('grade("lab1_roofline", "a_flops")', grade=True, grade_id="test_a_flops", locked=True, solution=False,
+              points=2),
+        _cell('check("lab1_roofline", "b_correct", globals())'),
+        _cell("time.sleep(0.3)\n1 / 0"),
+        _cell('grade_notebook("lab1_roofline")'),
+    ]
+    src = out / "toy.ipynb"
+    nbformat.write(nb, str(src))
+    with_final = nt.run_lab("lab1_roofline", str(out), str(src), 60, True, "python3")
+    without = nt.run_lab("lab1_roofline", str(out / "b"), str(src), 60, False, "python3")
+    return with_final, without
+
+
+def test_every_code_cell_is_timed_and_classified(run):
+    with_final, without = run
+    kinds = [(c["index"], c["kind"], c["part"], c["status"]) for c in with_final["cells"]]
+    assert kinds == [(0, "setup", None, "ok"), (2, "answer", "a", "ok"), (3, "check", "a_flops", "ok"),
+                     (4, "graded", "a_flops", "ok"), (5, "check", "b_correct", "skipped"),
+                     (6, "other", None, "error"), (7, "grade-notebook", None, "ok")]
+    error = with_final["cells"][5]
+    assert error["why"].startswith("ZeroDivisionError") and error["seconds"] >= 0.3
+    assert with_final["cells"][-1]["seconds"] >= 0.2
+    assert [c["kind"] for c in without["cells"]][-1] == "other"          # --no-final drops the last cell
+    assert with_final["total_s"] >= sum(c["seconds"] for c in with_final["cells"])
+
+
+def test_goals_and_the_table(run):
+    with_final, _ = run
+    goals = nt.goals(with_final, gpu=False)
+    assert goals[0] == "no error cell: NOT met (1 error cells)"
+    assert goals[1].startswith("top to bottom <= 60 s: met")
+    assert any(g.startswith("every graded cell < 1 s: met") for g in goals)
+    data = {"machine": {"host": "h", "cores": 2, "gpu": None, "commit": "c", "when": "w"}, "command": "cmd",
+            "labs": [with_final]}
+    md = nt.markdown(data)
+    assert "| 6 | other |  |" in md and "error: ZeroDivisionError" in md and "grade-notebook" in md
+    json.dumps(data)                                                     # times.json is plain JSON
