@@ -169,6 +169,22 @@ def launch_submitted(ref, arch: str | None = None):
 _LOADED: dict[tuple, object] = {}
 
 
+def local_kernel(prim_func, arch: str | None = None):
+    """(callable, CUDA source) of a PrimFunc in this process, launched the way the grader launches
+    a submitted kernel: the same launch plan, the PTX assembled by ptxas, the cubin loaded and
+    launched through the CUDA driver by launch.Kernel (a notebook's own check cells: its own
+    code, so no jail). The notebook's timings are then those of the launch path the grader times."""
+    from . import devcode, launch
+    arch = arch or device_arch()
+    host, device = devcode.lower(prim_func, arch)
+    module = devcode.device_module(device, arch)
+    source = module.inspect_source()
+    plan = devcode.plan(prim_func, host, device)
+    ptx = devcode.ptx_of(module) or nvrtc_ptx(source, arch)
+    cubin, _ = launch.assemble(ptx, arch, unsafe=True)
+    return launch.Kernel(plan, cubin, ptx), source
+
+
 def compile_only(kernel, arch: str, want_sass: bool = False) -> Artifacts:
     """CUDA source, PTX, cubin (and SASS) for ``arch`` without a GPU. Raises BuildError with the
     compiler's message (e.g. a tcgen05 instruction built for sm_90a). For a KernelRef the PTX

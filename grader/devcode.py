@@ -81,7 +81,7 @@ def cuda_source(device_mods, arch: str = "sm_90a") -> str:
     return device_module(device_mods, arch).inspect_source()
 
 
-def _ptx_of(module) -> str | None:
+def ptx_of(module) -> str | None:
     """The PTX TVM made itself, when it made PTX (not a cubin)."""
     try:
         text = module.inspect_source("ptx")
@@ -325,7 +325,7 @@ def export(func, arch: str, out_stem: str) -> dict:
     module = device_module(device_mods, arch)
     src = module.inspect_source()
     p = plan(func, host_mod, device_mods)
-    ptx = _ptx_of(module) or build.nvrtc_ptx(src, arch)
+    ptx = ptx_of(module) or build.nvrtc_ptx(src, arch)
     with open(out_stem + ".json", "w") as f:
         json.dump({"plan": p, "arch": arch, "cuda_source": src}, f)
     with open(out_stem + ".ptx", "w") as f:
