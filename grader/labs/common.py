@@ -4,9 +4,10 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import re
 from typing import Any, Callable
 
-from .. import build, compare, hardware, inspect, timing
+from .. import build, compare, hardware, inspect, launch, timing
 from ..context import Context, Outcome
 
 
@@ -96,7 +97,10 @@ def builder_args(params: dict) -> dict:
 
 
 def build_part(module, ctx: Context) -> Outcome:
-    """Compile-only check for every arch the part lists, with its mechanism checks."""
+    """Compile-only check for every arch the part lists, with its mechanism checks. The checks
+    get the SASS, the PTX and the CUDA source the grader compiled (grader/inspect.py says which
+    reads what). A kernel that does no work at the part's shape (no CTA launched, or no MMA and
+    no TMA instruction emitted) is reported as such and gets nothing for that arch."""
     p = ctx.part.params
     builder = student(module, p["builder"])
     args = builder_args(p)
@@ -105,20 +109,98 @@ def build_part(module, ctx: Context) -> Outcome:
         kw = dict(args)
         if kw.get("num_sms") == "arch":      # a persistent kernel compiled for the track's reference GPU
             kw["num_sms"] = hardware.SPECS[hardware.TRACK_DEFAULT[arch]].sm_count
+        kernel = builder(**kw)
         try:
-            art = build.compile_only(builder(**kw), arch, want_sass=True)
+            art = build.compile_only(kernel, arch, want_sass=True)
         except NotImplementedError:
             raise
         except build.BuildError as e:
             per_arch.append(0.0)
-            lines.append(f"{arch}: does not build: {e}")
+            lines.append(f"{arch}: does not build: {explain_build_error(e)}")
             continue
-        checks = inspect.check_all(ctx.part.mechanisms, {"sass": art.sass})
+        texts = {"sass": art.sass, "ptx": art.ptx, "cuda": art.cuda_source}
+        idle = degenerate(kernel, arch, texts, ctx.part.mechanisms)
+        if idle:
+            per_arch.append(0.0)
+            meas[arch] = {"degenerate": idle}
+            shape = ", ".join(f"{k}={v}" for k, v in kw.items())
+            lines.append(f"{arch}: compiled, but the kernel degenerates at the build shape ({shape}): {idle}. "
+                         "The build part is graded at this shape: the kernel must do its work there")
+            continue
+        checks = inspect.check_all(ctx.part.mechanisms, texts)
         good = all(c.ok for c in checks)
         per_arch.append(1.0 if good else 0.0)
         meas[arch] = {c.name: c.count for c in checks}
         lines.append(f"{arch}: compiled; " + "; ".join(c.message for c in checks))
     return Outcome(sum(per_arch) / len(per_arch), " | ".join(lines), meas)
+
+
+# The instructions that do a GEMM's or an attention kernel's work: tensor-core MMAs and TMA.
+_WORK_MECHANISMS = {"tcgen05_mma", "tcgen05_mma_2cta", "tcgen05_mma_tmem_a", "wgmma", "wgmma_ss", "wgmma_rs",
+                    "tma_load", "tma_store", "tma_multicast"}
+_WORK_SASS = re.compile(r"\b(?:UTC\w*MMA|HGMMA|UTMALDG|UTMASTG)\b")
+
+
+def degenerate(kernel, arch: str, texts: dict[str, str], mechanisms) -> str | None:
+    """Why the compiled kernel does no work at its build shape, or None. Zero CTAs: read from
+    the PrimFunc (check cells) or from the host code of the library the grader's child exported
+    (grader/launch.py; nothing is concluded where the launch cannot be read). No work: a part
+    that checks MMA or TMA mechanisms and a SASS that holds none of them (the code that would
+    issue them was folded away, e.g. a tile loop whose trip count is zero at this shape)."""
+    ctas = None
+    if hasattr(kernel, "library"):                       # a KernelRef: the child's library
+        try:
+            grids = launch.library_ctas(kernel.library(arch))
+        except Exception:  # noqa: BLE001 - compile_only already read this library
+            grids = None
+        if grids and any(g == 0 for g in grids.values()):
+            ctas = 0
+    elif hasattr(kernel, "body"):                        # a PrimFunc
+        ctas = launch.primfunc_ctas(kernel)
+    if ctas == 0:
+        return "it launches no CTA (a grid of 0: a tile count that rounds down to zero)"
+    if set(mechanisms) & _WORK_MECHANISMS and texts.get("sass") and not _WORK_SASS.search(texts["sass"]):
+        return ("it emits no MMA and no TMA instruction (no UTC*MMA, HGMMA, UTMALDG or UTMASTG in the SASS: "
+                "the code that issues them was compiled away)")
+    return None
+
+
+# TIRx calls that apache-tvm 0.26 accepts in a kernel but cannot lower: the error they end in,
+# the call, and what works instead. Matched on the code generator named in the traceback (where
+# the error was raised in this process) or on the error's own text (the grader's child reports
+# only that).
+KNOWN_LOWERING_FAILURES = [
+    {"codegen": "codegen_ptx_wgmma_noop_barrier",
+     "error": "'BufferLoad' object has no attribute 'dtype'",
+     "call": "T.ptx.wgmma.noop_barrier(reg)",
+     "instead": ("an empty inline-asm fence of the register through T.cuda.func_call, "
+                 "asm volatile(\"\" : \"+f\"(r) :: \"memory\"), as the notebook's fence_accumulators does")},
+]
+
+
+def explain_build_error(e: BaseException) -> str:
+    """The compiler's message, and, for a call known not to lower in apache-tvm 0.26, which call
+    it is and what to use instead."""
+    msg = str(e)
+    frames, seen, cause = [], set(), e
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        tb = cause.__traceback__
+        while tb is not None:
+            frames.append(tb.tb_frame.f_code.co_name)
+            tb = tb.tb_next
+        cause = cause.__cause__ or cause.__context__
+    for known in KNOWN_LOWERING_FAILURES:
+        if known["codegen"] in frames or known["codegen"] in msg:
+            return (f"{msg}. This error comes from {known['call']}, which apache-tvm 0.26 cannot lower; "
+                    f"use {known['instead']}")
+        if known["error"] in msg:
+            return (f"{msg}. This is the error apache-tvm 0.26 gives for {known['call']}, which it cannot "
+                    f"lower; if the kernel uses it, use {known['instead']}")
+    codegen = [f for f in frames if f.startswith("codegen_")]
+    if codegen:
+        return f"{msg} (raised by TVM's code generator {codegen[-1]})"
+    return msg
 
 
 def sync() -> None:
