@@ -185,7 +185,7 @@ def local_kernel(prim_func, arch: str | None = None):
     return launch.Kernel(plan, cubin, ptx), source
 
 
-def compile_only(kernel, arch: str, want_sass: bool = False) -> Artifacts:
+def compile_only(kernel, arch: str, want_sass: bool = False, own_ptx: bool = False) -> Artifacts:
     """CUDA source, PTX, cubin (and SASS) for ``arch`` without a GPU. Raises BuildError with the
     compiler's message (e.g. a tcgen05 instruction built for sm_90a). For a KernelRef the PTX
     comes from the jailed child and the cubin is the grader's own assembly of it: the code a
@@ -193,6 +193,14 @@ def compile_only(kernel, arch: str, want_sass: bool = False) -> Artifacts:
     from .remote import KernelRef
     if isinstance(kernel, KernelRef):
         code = _submitted_code(kernel, arch)
+        if own_ptx:                    # a check reads the source: inspect the code made from that source
+            code = dict(code, ptx=jailed_nvrtc(code["cuda_source"], arch))
+            from . import launch
+            try:
+                launch.check_against_ptx(code["plan"], code["ptx"])
+            except launch.PlanRejected as e:
+                raise BuildError(f"{kernel.builder}{kernel.args} for {arch}: the kernel's source and its launch "
+                                 f"plan disagree: {e}") from None
         art = Artifacts(arch, code["cuda_source"], code["ptx"], plan=code["plan"])
         art.cubin, art.ptxas_log = assembled(code["ptx"], arch)
         if want_sass:
@@ -222,6 +230,20 @@ def compile_source(src: str, arch: str, want_sass: bool = False) -> Artifacts:
     if key not in _COMPILED:
         _COMPILED[key] = _compile_source(src, arch, want_sass)
     return dataclasses.replace(_COMPILED[key])
+
+
+def jailed_nvrtc(src: str, arch: str) -> str:
+    """CUDA source the child sent, compiled to PTX by NVRTC in a tool jail (the grader's own
+    modules only; no student code runs there, and an #include reads only what the jail holds)."""
+    from . import sandbox
+    code = ("import sys; sys.path[:0] = ['/course'] + sys.argv[3:]; from grader import build; "
+            "open('/sandbox/k.ptx', 'w').write(build.nvrtc_ptx(open('/sandbox/k.cu').read(), sys.argv[1]))")
+    import sys
+    rc, log, out = sandbox.run_tool([sys.executable, "-I", "-c", code, arch, "k"] + sandbox.python_dirs(),
+                                    {"k.cu": src.encode()}, ["k.ptx"], course=True)
+    if rc != 0 or "k.ptx" not in out:
+        raise BuildError(f"NVRTC compilation for {arch} failed: {log.strip()[-2000:]}")
+    return out["k.ptx"].decode(errors="replace")
 
 
 def nvrtc_ptx(src: str, arch: str) -> str:

@@ -193,7 +193,7 @@ def _compile_all(args, lab_spec, module, build, inspect, common) -> int:
                 f.write(data)
         with open(f"{stem}.cubin", "wb") as f:
             f.write(art.cubin)
-        checks = inspect.check_all(part.mechanisms, {"sass": art.sass, "ptx": art.ptx})
+        checks = inspect.check_all(part.mechanisms, {"sass": art.sass, "ptx": art.ptx, "cuda": art.cuda_source})
         print(f"{name} for {arch}: {stem}.{{cu,ptx,cubin,sass}}" + "".join(f"\n    {c.message}" for c in checks))
     return status
 

@@ -285,6 +285,7 @@ class _Reader:
             else:
                 raise HostCodeRefused(f"kernel {name}: a parameter of type {p.ty}")
         dims = {"grid": [1, 1, 1], "block": [1, 1, 1], "cluster": [1, 1, 1]}
+        declared = [1, 1, 1]            # the grid as computed, 0 included (TVM launches 1 CTA for 0)
         smem = 0
         values = args[len(params):]
         for tag, v in zip(tags, values):
@@ -292,10 +293,13 @@ class _Reader:
                 smem = self.const_int(v, f"kernel {name}'s dynamic shared memory")
             elif tag.startswith(("blockIdx.", "threadIdx.", "clusterCtaIdx.")) and tag[-1] in "xyz":
                 key = {"b": "grid", "t": "block", "c": "cluster"}[tag[0]]
-                dims[key]["xyz".index(tag[-1])] = max(1, self.const_int(v, f"kernel {name}'s {tag} extent"))
+                n = self.const_int(v, f"kernel {name}'s {tag} extent")
+                dims[key]["xyz".index(tag[-1])] = max(1, n)
+                if key == "grid":
+                    declared["xyz".index(tag[-1])] = n
             else:
                 raise HostCodeRefused(f"kernel {name} asks for a launch feature the grader does not provide ({tag})")
-        self.launches.append({"name": name, "args": kargs, "shared_bytes": smem, **dims})
+        self.launches.append({"name": name, "args": kargs, "shared_bytes": smem, "declared_grid": declared, **dims})
 
 
 def plan(func, host_mod, device_mods) -> dict:

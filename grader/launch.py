@@ -128,6 +128,8 @@ def _validate_launch(ln, sig: list, n_maps: int, j: int) -> None:
     if math.prod(cluster) > 16 or any(g % c for g, c in zip(grid, cluster)):
         raise PlanRejected(f"{what}: a cluster of at most 16 CTAs that divides the grid")
     _int(ln.get("shared_bytes"), 0, MAX_SHARED, f"{what}'s dynamic shared memory")
+    for x in _list(ln.get("declared_grid", [1, 1, 1]), 3, "declared grid"):
+        _int(x, -(1 << 31), (1 << 31) - 1, f"{what}'s declared grid")
     for a in _list(ln.get("args"), None, f"{what}'s arguments"):
         if not isinstance(a, dict):
             raise PlanRejected(f"{what}: an argument that is not described")

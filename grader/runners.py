@@ -46,12 +46,25 @@ from .labs import common
 TRACK_ALIASES = {"hopper": "sm_90a", "blackwell": "sm_100a"}
 
 
+def lower_explained(built):
+    """build.lower, with common.explain_build_error's words added to a failure (a TIRx call that
+    apache-tvm 0.26 cannot lower is named, with what to use instead)."""
+    try:
+        return build.lower(built)
+    except Exception as e:
+        if type(e).__name__ in ("BuildError", "BuildFailed"):
+            explained = common.explain_build_error(e)
+            if explained != str(e):
+                raise type(e)(explained) from e
+        raise
+
+
 @dataclasses.dataclass
 class Env:
     """Where and how kernels run. The defaults are the GPU's; tests put the CPU and a fake
     ``lower`` (returning a torch function) here."""
     device: str = "cuda"
-    lower: Callable[[Any], tuple[Callable, str]] = lambda built: build.lower(built)
+    lower: Callable[[Any], tuple[Callable, str]] = lambda built: lower_explained(built)
     sync: Callable[[], None] = lambda: common.sync()
     timed_ratio: Callable[..., Outcome] = lambda *a, **k: common.timed_ratio(*a, **k)
     require_gpu: Callable[[Context], Any] = lambda ctx: common.require_gpu(ctx)

@@ -276,10 +276,11 @@ def require_isolation(unsafe: bool) -> str:
 
 
 def run_tool(argv: list[str], inputs: dict[str, bytes], outputs: list[str], timeout: float = 300,
-             unsafe: bool | None = None, max_bytes: int = 256 << 20) -> tuple[int, str, dict[str, bytes]]:
+             unsafe: bool | None = None, max_bytes: int = 256 << 20, course: bool = False) -> tuple[int, str, dict[str, bytes]]:
     """Run a trusted tool (ptxas, cuobjdump) on untrusted input files in a jail of its own:
     it sees the system, the Python/CUDA folders and its scratch folder (``/sandbox``), where
-    ``inputs`` are written; returns (exit status, stderr+stdout, the ``outputs`` it wrote)."""
+    ``inputs`` are written (and, with ``course``, the child's grader modules at ``/course``);
+    returns (exit status, stderr+stdout, the ``outputs`` it wrote)."""
     unsafe = _UNSAFE[0] if unsafe is None else unsafe
     scratch = tempfile.mkdtemp(prefix="tool-", dir=private_dir())
     uid, lock = (claim_uid() if os.geteuid() == 0 else (os.geteuid(), None)) if not unsafe else (None, None)
@@ -289,14 +290,15 @@ def run_tool(argv: list[str], inputs: dict[str, bytes], outputs: list[str], time
             with open(os.path.join(scratch, name), "wb") as f:
                 f.write(data)
         if unsafe:
-            cmd = [a.replace(SCRATCH, scratch) for a in argv]
+            cmd = [a.replace(SCRATCH, scratch).replace("'" + COURSE + "'", repr(course_copy())) for a in argv]
             proc = subprocess.run(cmd, capture_output=True, timeout=timeout, cwd=scratch, env={"PATH": "/usr/bin:/bin"})
         else:
             if os.geteuid() == 0:
                 os.chown(scratch, uid, uid)
             os.chmod(scratch, 0o700)
             cfg = jail_config(scratch, argv, {"PATH": "/usr/bin:/bin", "HOME": SCRATCH, "TMPDIR": "/tmp"}, uid,
-                              Limits(cpu_s=int(timeout) + 5, memory_bytes=16 << 30))
+                              Limits(cpu_s=int(timeout) + 5, memory_bytes=16 << 30),
+                              extra_ro=[(course_copy(), COURSE)] if course else [])
             root = cfg["root"]
             proc = subprocess.run(jail_command(cfg), capture_output=True, timeout=timeout, preexec_fn=_preexec)
         out = {}

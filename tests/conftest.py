@@ -97,3 +97,21 @@ def grade_notebook(lab, notebook, workdir, device):
     """Every part of a notebook (GPU parts skipped, with the reason, where there is no GPU)."""
     results = run.check_lab(lab, notebook, inputs.PUBLIC_SEED, device, progress=lambda m: None)
     return {r.part: r for r in results}
+
+
+def grade_with_builders(lab, part_id, builders, **params):
+    """Grade one part in this process with ``builders`` ({name: function}) as the submission's
+    module, the spec's params overridden by ``params``: for kernels that are not in a notebook
+    (tests/published_kernels/). Returns the PartResult."""
+    import dataclasses
+    import types
+
+    from grader import labs, spec
+    from grader.context import Context
+    lab_spec = spec.load(lab)
+    part = lab_spec.part(part_id)
+    if params:
+        part = dataclasses.replace(part, params={**part.params, **params})
+    ctx = Context(lab_spec, part, inputs.PUBLIC_SEED, hardware.detect())
+    return ctx.to_result(labs.grade(lab, part_id, types.SimpleNamespace(**builders), ctx))
+

@@ -4,6 +4,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import re
 from typing import Any, Callable
 
 from .. import build, compare, hardware, inspect, timing
@@ -119,14 +120,18 @@ def builder_args(params: dict) -> dict:
 
 def build_part(module, ctx: Context, extra: Callable | None = None) -> Outcome:
     """Compile-only check of every builder the part names (``builder`` or ``builders``) for every
-    arch it lists, with its mechanism checks, in the PTX and SASS the grader assembled itself (the
-    code the harness would launch). ``extra(builder, art)`` -> (ok, message, measurements) is a
-    further check of the lab's on each kernel's artifacts (its launch plan, its PTX). Each
-    (builder, arch) is compiled once and scores an equal share; an exception in a check is the
-    part's error verdict, never a pass."""
+    arch it lists, with its mechanism checks on the SASS, the PTX and the CUDA source of the code
+    the harness would launch (grader/inspect.py says which check reads what; a part with a check
+    of the CUDA source has that source compiled by the grader, in a tool jail, so that the source
+    it reads is the source of the code it inspects). A kernel that does no work at the part's
+    shape (no CTA launched, or no MMA and no TMA instruction emitted) is reported as such and gets
+    nothing for that arch. ``extra(builder, art)`` -> (ok, message, measurements) is a further
+    check of the lab's (its launch plan, its PTX). Each (builder, arch) is compiled once and
+    scores an equal share; an exception in a check is the part's error verdict, never a pass."""
     p = ctx.part.params
     names = builder_names(p)
     args = builder_args(p)
+    own_ptx = any(inspect.MECHANISMS[m].where == "cuda" for m in ctx.part.mechanisms)
     scores, lines, meas = [], [], {}
     for name in names:
         builder = student(module, name)
@@ -136,14 +141,23 @@ def build_part(module, ctx: Context, extra: Callable | None = None) -> Outcome:
             if kw.get("num_sms") == "arch":      # a persistent kernel compiled for the track's reference GPU
                 kw["num_sms"] = hardware.SPECS[hardware.TRACK_DEFAULT[arch]].sm_count
             try:
-                art = build.compile_only(builder(**kw), arch, want_sass=True)
+                art = build.compile_only(builder(**kw), arch, want_sass=True, own_ptx=own_ptx)
             except NotImplementedError:
                 raise
             except build.BuildError as e:
                 scores.append(0.0)
-                per_arch.append(f"{arch}: does not build: {e}")
+                per_arch.append(f"{arch}: does not build: {explain_build_error(e)}")
                 continue
-            checks = inspect.check_all(ctx.part.mechanisms, {"sass": art.sass, "ptx": art.ptx})
+            texts = {"sass": art.sass, "ptx": art.ptx, "cuda": art.cuda_source}
+            idle = degenerate(art, texts, ctx.part.mechanisms)
+            if idle:
+                scores.append(0.0)
+                where[arch] = {"degenerate": idle}
+                shape = ", ".join(f"{k}={v}" for k, v in kw.items())
+                per_arch.append(f"{arch}: compiled, but the kernel degenerates at the build shape ({shape}): {idle}. "
+                                "The build part is graded at this shape: the kernel must do its work there")
+                continue
+            checks = inspect.check_all(ctx.part.mechanisms, texts)
             good = all(c.ok for c in checks)
             where[arch] = {c.name: c.count for c in checks}
             line = f"{arch}: compiled; " + "; ".join(c.message for c in checks)
@@ -155,6 +169,64 @@ def build_part(module, ctx: Context, extra: Callable | None = None) -> Outcome:
             per_arch.append(line)
         lines.append((f"{name}: " if len(names) > 1 else "") + " | ".join(per_arch))
     return Outcome(sum(scores) / len(scores), " || ".join(lines), meas)
+
+
+# The instructions that do a GEMM's or an attention kernel's work: tensor-core MMAs and TMA.
+_WORK_MECHANISMS = {"tcgen05_mma", "tcgen05_mma_2cta", "tcgen05_mma_tmem_a", "wgmma", "wgmma_ss", "wgmma_rs",
+                    "tma_load", "tma_store", "tma_multicast"}
+_WORK_SASS = re.compile(r"\b(?:UTC\w*MMA|HGMMA|UTMALDG|UTMASTG)\b")
+
+
+def degenerate(art, texts: dict[str, str], mechanisms) -> str | None:
+    """Why the compiled kernel does no work at its build shape, or None. Zero CTAs: a grid
+    extent of 0 in its launch plan (the host code TIRx generated, which TVM would launch as one
+    CTA). No work: a part that checks MMA or TMA mechanisms and a SASS that holds none of them
+    (the code that would issue them was folded away, e.g. a tile loop whose trip count is zero)."""
+    plan = art.plan or {}
+    if any(0 in ln.get("declared_grid", ln.get("grid", [1])) for ln in plan.get("launches", [])):
+        return "it launches no CTA (a grid of 0: a tile count that rounds down to zero)"
+    if set(mechanisms) & _WORK_MECHANISMS and texts.get("sass") and not _WORK_SASS.search(texts["sass"]):
+        return ("it emits no MMA and no TMA instruction (no UTC*MMA, HGMMA, UTMALDG or UTMASTG in the SASS: "
+                "the code that issues them was compiled away)")
+    return None
+
+
+# TIRx calls that apache-tvm 0.26 accepts in a kernel but cannot lower: the error they end in,
+# the call, and what works instead. Matched on the code generator named in the traceback (where
+# the error was raised in this process) or on the error's own text (the grader's child reports
+# only that).
+KNOWN_LOWERING_FAILURES = [
+    {"codegen": "codegen_ptx_wgmma_noop_barrier",
+     "error": "'BufferLoad' object has no attribute 'dtype'",
+     "call": "T.ptx.wgmma.noop_barrier(reg)",
+     "instead": ("an empty inline-asm fence of the register through T.cuda.func_call, "
+                 "asm volatile(\"\" : \"+f\"(r) :: \"memory\"), as the notebook's fence_accumulators does")},
+]
+
+
+def explain_build_error(e: BaseException) -> str:
+    """The compiler's message, and, for a call known not to lower in apache-tvm 0.26, which call
+    it is and what to use instead."""
+    msg = str(e)
+    frames, seen, cause = [], set(), e
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        tb = cause.__traceback__
+        while tb is not None:
+            frames.append(tb.tb_frame.f_code.co_name)
+            tb = tb.tb_next
+        cause = cause.__cause__ or cause.__context__
+    for known in KNOWN_LOWERING_FAILURES:
+        if known["codegen"] in frames or known["codegen"] in msg:
+            return (f"{msg}. This error comes from {known['call']}, which apache-tvm 0.26 cannot lower; "
+                    f"use {known['instead']}")
+        if known["error"] in msg:
+            return (f"{msg}. This is the error apache-tvm 0.26 gives for {known['call']}, which it cannot "
+                    f"lower; if the kernel uses it, use {known['instead']}")
+    codegen = [f for f in frames if f.startswith("codegen_")]
+    if codegen:
+        return f"{msg} (raised by TVM's code generator {codegen[-1]})"
+    return msg
 
 
 def sync() -> None:

@@ -299,7 +299,7 @@ def grade_sass(module, ctx: Context) -> Outcome:
                 lines.append(f"{name}: not implemented")
                 continue
             fracs.append(0.0)
-            lines.append(f"{name}: does not build: {str(e)[:300]}")
+            lines.append(f"{name}: does not build: {common.explain_build_error(e)[:700]}")
             continue
         except Exception as e:  # noqa: BLE001 - a todo() or a parse error in one kernel
             if not _not_implemented(e):

@@ -31,3 +31,83 @@ def test_pattern_finds_the_instruction_and_not_its_neighbour(name):
     assert inspect.check(name, {"sass": yes}).ok
     assert not inspect.check(name, {"sass": no}).ok
     assert not inspect.check(name, {"ptx": yes}).ok          # only the SASS counts
+
+
+# ---------------------------------------------------------------- expect_tx: the PTX instruction, or SASS with its operands
+
+# cuobjdump's lines for one PTX instruction each (ptxas 13, sm_100a; the same on sm_90a)
+ARRIVE_TX = "        /*0b20*/              @!P0 SYNCS.ARRIVE.TRANS64 RZ, [UR4+0x8], R6 ;"
+REMOTE_ARRIVE_TX = "        /*04f0*/                   SYNCS.ARRIVE.TRANS64.RED RZ, [R9+URZ], R14 ;"
+EXPECT_TX_ONLY = "        /*0300*/                   SYNCS.ARRIVE.TRANS64.RED.A0TR RZ, [UR4], R0 ;"
+PLAIN_ARRIVE = "        /*06b0*/                   SYNCS.ARRIVE.TRANS64.A1T0 RZ, [R4+URZ], RZ ;"
+REMOTE_PLAIN_ARRIVE = "        /*2290*/                   SYNCS.ARRIVE.TRANS64.RED.A1T0 RZ, [UR6], RZ ;"
+PTX_LOCAL = "\tmbarrier.arrive.expect_tx.shared.b64 _, [%r590], %r591;\n"
+PTX_REMOTE = "@p mbarrier.arrive.expect_tx.release.cluster.shared::cluster.b64  _, [remAddr32], %r3;\n"
+PTX_PLAIN_REMOTE = "@p mbarrier.arrive.shared::cluster.b64  _, [remAddr32];\n"
+
+
+@pytest.mark.parametrize("ptx", [PTX_LOCAL, PTX_REMOTE, "\tmbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%r1], %r2;\n"],
+                         ids=["local", "remote", "expect_tx_alone"])
+def test_expect_tx_counts_the_ptx_instruction(ptx):
+    r = inspect.check("mbarrier_expect_tx", {"ptx": ptx, "sass": REMOTE_ARRIVE_TX})
+    assert r.ok and r.count == 1, r.message
+
+
+def test_a_remote_arrive_without_bytes_is_not_expect_tx_even_beside_ptxas_own_red_arrive():
+    """The book's 2-CTA kernels arm the leader's barrier through a remote view: SASS .RED with a
+    register, the same form ptxas emits for a 2-CTA TMEM allocation. Without the PTX instruction
+    neither counts."""
+    r = inspect.check("mbarrier_expect_tx", {"ptx": PTX_PLAIN_REMOTE, "sass": REMOTE_ARRIVE_TX + "\n" + REMOTE_PLAIN_ARRIVE})
+    assert not r.ok and "MISSING" in r.message and "ptxas's own" in r.message, r.message
+    assert "without a byte count" in r.message
+
+
+def test_expect_tx_in_a_ptx_comment_does_not_count():
+    r = inspect.check("mbarrier_expect_tx", {"ptx": "// " + PTX_LOCAL + "/* " + PTX_REMOTE + " */\n", "sass": ARRIVE_TX})
+    assert not r.ok, r.message
+
+
+def test_expect_tx_compiled_away_fails():
+    r = inspect.check("mbarrier_expect_tx", {"ptx": PTX_LOCAL, "sass": PLAIN_ARRIVE})
+    assert not r.ok and "compiled away" in r.message, r.message
+
+
+@pytest.mark.parametrize("sass, ok", [(ARRIVE_TX, True), (EXPECT_TX_ONLY, True), (REMOTE_ARRIVE_TX, False),
+                                      (PLAIN_ARRIVE, False), (REMOTE_PLAIN_ARRIVE, False)],
+                         ids=["arrive_tx", "expect_tx_alone", "red_ambiguous", "plain", "remote_plain"])
+def test_expect_tx_from_sass_alone_takes_only_unambiguous_forms(sass, ok):
+    r = inspect.check("mbarrier_expect_tx", {"sass": sass})
+    assert r.ok == ok, r.message
+    if sass is REMOTE_ARRIVE_TX:
+        assert "cannot be told apart without the PTX" in r.message
+
+
+# ---------------------------------------------------------------- the ring's barriers, the descriptors' swizzle
+
+def test_ring_counts_mbarrier_inits_in_ptx_without_comments():
+    inits = "".join(f"\tmbarrier.init.shared.b64 [%r{i}], %r9;\n" for i in range(4))
+    assert inspect.check("mbarrier_ring", {"ptx": inits}).ok
+    r = inspect.check("mbarrier_ring_ws", {"ptx": inits})
+    assert not r.ok and "(4 in PTX, at least 6 needed)" in r.message, r.message
+    assert not inspect.check("mbarrier_ring", {"ptx": inits.replace("\tmbarrier.init", "// mbarrier.init", 1)}).ok
+
+
+DESCRIPTOR_SOURCE = """
+__forceinline__ __device__ void tvm_builtin_ptx_tcgen05_encode_matrix_descriptor(uint64_t* desc, void* addr, int ldo, int sdo, int swizzle) {{
+}}
+extern "C" __global__ void kernel() {{
+  tvm_builtin_ptx_tcgen05_encode_matrix_descriptor((&(descA_ptr[0])), (&(((half*)pool_buf_ptr)[512])), 0, 64, {a});
+  tvm_builtin_ptx_tcgen05_encode_matrix_descriptor((&(descB_ptr[0])), (&(((half*)pool_buf_ptr)[(1 + 2)])), 0, 64, {b});
+  // tvm_builtin_ptx_tcgen05_encode_matrix_descriptor(p, q, 0, 64, 3);
+}}
+"""
+
+
+@pytest.mark.parametrize("a, b, ok", [(3, 3, True), (3, 2, True), (0, 3, False), (0, 0, False), ("n", 3, False)])
+def test_every_descriptor_must_be_swizzled(a, b, ok):
+    r = inspect.check("mma_smem_swizzled", {"cuda": DESCRIPTOR_SOURCE.format(a=a, b=b)})
+    assert r.ok == ok, r.message
+    assert inspect.descriptor_swizzles(DESCRIPTOR_SOURCE.format(a=a, b=b)) == [a if a != "n" else None, b]
+    if a == 0:
+        assert "SWIZZLE_NONE" in r.message and "SWIZZLE_128B_ATOM" in r.message
+    assert not inspect.check("mma_smem_swizzled", {"cuda": "int main() {}"}).ok

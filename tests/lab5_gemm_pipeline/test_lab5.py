@@ -493,15 +493,19 @@ def test_step9_without_multicast_loses_the_multicast_mechanism(root, edit, tmp_p
 
 
 @pytest.mark.slow
-def test_step7_without_setmaxnreg_loses_it_on_both_tracks(root, edit, tmp_path):
+def test_step7_without_setmaxnreg_loses_it_on_hopper_only(root, edit, tmp_path):
+    """Hopper's consumers hold their accumulators in registers: step 7 must rebalance them. The
+    book's Blackwell step 7 (accumulators in TMEM) reaches its speed without setmaxnreg, so the
+    Blackwell part does not require it."""
     nb = edit(os.path.join(root, *SOLUTION), NO_SETMAXNREG)
     res = grade_in_process(LAB, nb, ["s7_build_sm90", "s7_build_sm100"], tmp_path / "grade")
-    for part in ("s7_build_sm90", "s7_build_sm100"):
-        r = res[part]
-        assert r.verdict == report.FAILED and r.points == 0, r.message
-        assert "compiled" in r.message
-        assert "(setmaxnreg.inc: USETMAXREG.TRY_ALLOC): MISSING" in r.message, r.message
-        assert "(setmaxnreg.dec: USETMAXREG.DEALLOC): MISSING" in r.message, r.message
+    r = res["s7_build_sm90"]
+    assert r.verdict == report.FAILED and r.points == 0, r.message
+    assert "compiled" in r.message
+    assert "(setmaxnreg.inc: USETMAXREG.TRY_ALLOC): MISSING" in r.message, r.message
+    assert "(setmaxnreg.dec: USETMAXREG.DEALLOC): MISSING" in r.message, r.message
+    assert res["s7_build_sm100"].verdict == report.PASSED, res["s7_build_sm100"].message
+    assert "setmaxnreg" not in res["s7_build_sm100"].message
 
 
 @pytest.mark.slow
