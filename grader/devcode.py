@@ -284,15 +284,15 @@ class _Reader:
                 kargs.append(self.value(a, str(p.ty.dtype)))
             else:
                 raise HostCodeRefused(f"kernel {name}: a parameter of type {p.ty}")
-        dims = {"grid": [1, 1, 1], "block": [1, 1, 1], "cluster": [1, 1, 1]}
+        dims = {"grid": [1, 1, 1], "block": [1, 1, 1], "cluster": [1, 1, 1], "preferred_cluster": [1, 1, 1]}
         declared = [1, 1, 1]            # the grid as computed, 0 included (TVM launches 1 CTA for 0)
         smem = 0
         values = args[len(params):]
         for tag, v in zip(tags, values):
             if tag == "tirx.use_dyn_shared_memory":
                 smem = self.const_int(v, f"kernel {name}'s dynamic shared memory")
-            elif tag.startswith(("blockIdx.", "threadIdx.", "clusterCtaIdx.")) and tag[-1] in "xyz":
-                key = {"b": "grid", "t": "block", "c": "cluster"}[tag[0]]
+            elif tag.startswith(("blockIdx.", "threadIdx.", "clusterCtaIdx.", "preferredClusterCtaIdx.")) and tag[-1] in "xyz":
+                key = {"b": "grid", "t": "block", "c": "cluster", "p": "preferred_cluster"}[tag[0]]
                 n = self.const_int(v, f"kernel {name}'s {tag} extent")
                 dims[key]["xyz".index(tag[-1])] = max(1, n)
                 if key == "grid":

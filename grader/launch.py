@@ -127,6 +127,10 @@ def _validate_launch(ln, sig: list, n_maps: int, j: int) -> None:
         raise PlanRejected(f"{what}: more than 1024 threads in a block")
     if math.prod(cluster) > 16 or any(g % c for g, c in zip(grid, cluster)):
         raise PlanRejected(f"{what}: a cluster of at most 16 CTAs that divides the grid")
+    preferred = [_int(x, 1, 16, f"{what}'s preferred cluster") for x in
+                 _list(ln.get("preferred_cluster", [1, 1, 1]), 3, "preferred cluster")]
+    if math.prod(preferred) > 16 or any(p % c for p, c in zip(preferred, cluster)):
+        raise PlanRejected(f"{what}: a preferred cluster of at most 16 CTAs, a multiple of the cluster")
     _int(ln.get("shared_bytes"), 0, MAX_SHARED, f"{what}'s dynamic shared memory")
     for x in _list(ln.get("declared_grid", [1, 1, 1]), 3, "declared grid"):
         _int(x, -(1 << 31), (1 << 31) - 1, f"{what}'s declared grid")
@@ -242,6 +246,7 @@ class TensorMap:
 
 
 CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION = 4
+CU_LAUNCH_ATTRIBUTE_PREFERRED_CLUSTER_DIMENSION = 11
 CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
 CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED = 16
 
@@ -367,12 +372,14 @@ class Kernel:
                 storage.append(v)
                 addresses.append(ctypes.addressof(v))
             params = (ctypes.c_void_p * max(1, len(addresses)))(*addresses)
-            attrs = (CUlaunchAttribute * 1)()
+            attrs = (CUlaunchAttribute * 2)()
             n_attrs = 0
-            if math.prod(ln["cluster"]) > 1:
-                attrs[0].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
-                attrs[0].value[0], attrs[0].value[1], attrs[0].value[2] = ln["cluster"]
-                n_attrs = 1
+            for attr, dims in ((CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, ln["cluster"]),
+                               (CU_LAUNCH_ATTRIBUTE_PREFERRED_CLUSTER_DIMENSION, ln.get("preferred_cluster", [1, 1, 1]))):
+                if math.prod(dims) > 1:
+                    attrs[n_attrs].id = attr
+                    attrs[n_attrs].value[0], attrs[n_attrs].value[1], attrs[n_attrs].value[2] = dims
+                    n_attrs += 1
             storage.append(attrs)
             cfg = CUlaunchConfig(*ln["grid"], *ln["block"], ln["shared_bytes"], ctypes.c_void_p(stream), attrs, n_attrs)
             out.append((fn, cfg, params, storage))
