@@ -98,15 +98,22 @@ def _run_part(lab: str, part: spec.Part, namespace: dict, device) -> tuple[repor
     mismatch = _Mismatch()
     ctx = Context(_spec(lab), part, inputs.PUBLIC_SEED, device, public_only=True, on_mismatch=mismatch)
     fn = labs.grading_function(lab, part)
-    from . import runners
+    from . import runners, timing
     if fn is runners.kernel_part:          # kernels compiled and loaded as the grader loads them
         fn = functools.partial(runners.kernel_part, env=runners.Env(lower=_KERNELS.lower))
+    hang_s, timing.HANG_S = timing.HANG_S, float(part.params.get("hang_s", timing.HANG_S))   # as the harness does
     try:
         return ctx.to_result(fn(types.SimpleNamespace(**namespace), ctx)), mismatch
+    except timing.KernelHang as e:
+        return ctx.error_result(report.ERROR, f"timed out: {e}: most likely a barrier wait that never completes. "
+                                "The GPU is still running it: restart the notebook's kernel before the next GPU "
+                                "cell."), mismatch
     except Exception as e:  # noqa: BLE001 - every failure is this part's verdict, said once
         if _not_implemented(e):
             return ctx.error_result(report.FAILED, "not implemented yet: " + _todo_line(e)), mismatch
         return ctx.error_result(report.ERROR, describe_error(e)), mismatch
+    finally:
+        timing.HANG_S = hang_s
 
 
 def _is_speed(part: spec.Part) -> bool:

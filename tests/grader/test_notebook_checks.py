@@ -199,3 +199,40 @@ def test_notebook_kernels_are_exported_and_loaded_like_the_graders(reference, mo
     assert fn == again == f"main of {loaded[0]}" and other != fn
     assert all(p.endswith("_sm_90a.so") and os.path.getsize(p) > 0 for p in loaded)
     assert "__global__" in src
+
+
+# ---------------------------------------------------------------- the grader's policies, in the check cell
+
+FAKE_H200 = hardware.Device(True, "NVIDIA H200", hardware.SPECS["H200"], "row H200", sm_count=132)
+
+
+def test_a_speed_part_below_full_credit_is_measured_again_like_the_grader(monkeypatch):
+    from grader import labs, run
+    from grader.labs import common
+    ratios = iter([0.5, 0.8, 0.7, 0.9])
+
+    def timed(module, ctx):
+        return common.perf_outcome(ctx, next(ratios), {}, "fake timing")
+    monkeypatch.setattr(notebook, "_device", lambda: FAKE_H200)
+    monkeypatch.setattr(labs, "grading_function", lambda lab, part: timed)
+    with pytest.raises(notebook.CheckFailed) as info:
+        notebook.check(LAB, "b_speed", {})
+    assert run.PERF_TRIALS == 3 and next(ratios) == 0.9                  # three trials, as the grader
+    res = info.value.result
+    assert res.measurements["ratio"] == 0.8 and res.verdict == report.PARTIAL
+    assert "(best of 3 trials: 0.500x, 0.800x, 0.700x)" in str(info.value)
+
+
+def test_a_kernel_that_hangs_says_to_restart_the_kernel(monkeypatch):
+    from grader import labs, timing
+
+    def hangs(module, ctx):
+        assert timing.HANG_S == 20.0                                      # the part's hang_s, as the harness sets
+        raise timing.KernelHang("the GPU work did not finish within 20 s")
+    monkeypatch.setattr(notebook, "_device", lambda: FAKE_H200)
+    monkeypatch.setattr(labs, "grading_function", lambda lab, part: hangs)
+    before = timing.HANG_S
+    with pytest.raises(notebook.CheckFailed) as info:
+        notebook.check("lab2_tma", "d_correct", {})
+    assert timing.HANG_S == before
+    assert "did not finish within 20 s" in str(info.value) and "restart the notebook's kernel" in str(info.value)
