@@ -6,9 +6,10 @@
 For each speed part, on the reference solution, public inputs, ``--repeat`` times each:
 
 - ``check``: the notebook's check cell, ``grader.notebook.check`` (kernels from
-  ``compile_kernel``: compiled for the GPU's arch, exported and loaded as the grader loads them);
-- ``grader``: ``python -m grader check LAB --part PART --public`` (the sandboxed child builds the
-  kernel, the GPU harness loads and times it);
+  ``compile_kernel``: the launch plan and PTX of the kernel, assembled and launched through the
+  CUDA driver as the grader's harness does, build.local_kernel);
+- ``grader``: ``python -m grader check LAB --part PART --public`` (the jailed child lowers the
+  kernel, the GPU harness assembles, launches and times it);
 - ``executable``: the path the notebooks' check cells took before (``tvm.compile``'s Executable
   called directly, which looks ``main`` up again at every call), through the same runner and
   timing code, to show what the difference was;

@@ -7,8 +7,8 @@
   that does not parse shows TIRx's own error lines, an error in your code shows the lines of your
   cells, and a wrong kernel output says where (shape, how many elements, the first indices, the
   largest error) and draws a heat map of the wrong tiles of a matrix. Kernels are compiled,
-  loaded and timed the way the grader does (:func:`compile_kernel`, :func:`time_calls`): the same
-  arch, a loaded library, the same timing code (grader/timing.py via common.timed_ratio), and a
+  launched and timed the way the grader does (:func:`compile_kernel`, :func:`time_calls`): the
+  same arch, the same launch plan and driver launch (build.local_kernel), the same timing code (grader/timing.py via common.timed_ratio), and a
   speed part below full credit is measured again, best of ``run.PERF_TRIALS``.
 - ``grade(lab, part)`` is what the locked graded cells call. It is not a source of scores:
   ``nbgrader autograde`` never runs the notebook (grader/nbgrader_autograde.py grades the saved
@@ -27,7 +27,6 @@ import os
 import re
 import subprocess
 import sys
-import tempfile
 import time
 import traceback
 import types
@@ -286,20 +285,17 @@ def _tile_size(n: int, max_tiles: int) -> int:
 # ---------------------------------------------------------------- kernels, as the grader runs them
 
 class _Kernels:
-    """Kernels compiled in the notebook the way the grader gets them: compiled for the GPU's arch
-    (``sm_90a``, ``sm_100a``: what the sandboxed child exports), exported as a shared library and
-    loaded (what the GPU harness runs), the library's ``main`` looked up once. So a check cell's
-    timings are those of the same callable the grader times (calling ``tvm.compile``'s result
-    directly looks ``main`` up again at every call: host time inside every timed call). A kernel
-    whose PrimFunc is unchanged is not compiled again."""
+    """Kernels compiled in the notebook the way the grader runs them (build.local_kernel): the
+    launch plan read from the host code TIRx generates, the PTX assembled by ptxas, the cubin
+    loaded and launched through the CUDA driver by launch.Kernel, as the GPU harness does. So a
+    check cell's timings are those of the same launch path the grader times. A kernel whose
+    PrimFunc is unchanged is not compiled again."""
 
     def __init__(self) -> None:
-        self.folder: str | None = None
         self.cache: dict[tuple, list] = {}
 
     def lower(self, prim_func, arch: str | None = None):
         """(callable, CUDA source) of ``prim_func`` for the GPU present (or ``arch``)."""
-        import tvm
         import tvm_ffi
 
         from . import build
@@ -308,19 +304,7 @@ class _Kernels:
         for func, got in self.cache.get(key, []):
             if tvm_ffi.structural_equal(func, prim_func):
                 return got
-        build.configure_toolchain()
-        tgt = build.target(arch)
-        with tgt:
-            ex = tvm.compile(tvm.IRModule({"main": prim_func}), target=tgt, tir_pipeline="tirx")
-        source = ex.mod.imports[0].inspect_source()
-        if self.folder is None:
-            self.folder = tempfile.mkdtemp(prefix="grader-notebook-kernels-")
-            import atexit
-            import shutil
-            atexit.register(shutil.rmtree, self.folder, True)
-        path = os.path.join(self.folder, f"kernel{sum(map(len, self.cache.values()))}_{arch}.so")
-        ex.export_library(path)
-        got = (tvm.runtime.load_module(path)["main"], source)
+        got = build.local_kernel(prim_func, arch)
         self.cache.setdefault(key, []).append((prim_func, got))
         return got
 
