@@ -119,10 +119,11 @@ def build_part(module, ctx: Context) -> Outcome:
             lines.append(f"{arch}: does not build: {explain_build_error(e)}")
             continue
         texts = {"sass": art.sass, "ptx": art.ptx, "cuda": art.cuda_source}
-        idle = degenerate(kernel, arch, texts, ctx.part.mechanisms)
+        ctas = launch_ctas(kernel, arch)
+        idle = degenerate(ctas, texts, ctx.part.mechanisms)
         if idle:
             per_arch.append(0.0)
-            meas[arch] = {"degenerate": idle}
+            meas[arch] = {"degenerate": idle, "ctas": ctas}
             shape = ", ".join(f"{k}={v}" for k, v in kw.items())
             lines.append(f"{arch}: compiled, but the kernel degenerates at the build shape ({shape}): {idle}. "
                          "The build part is graded at this shape: the kernel must do its work there")
@@ -131,6 +132,7 @@ def build_part(module, ctx: Context) -> Outcome:
         good = all(c.ok for c in checks)
         per_arch.append(1.0 if good else 0.0)
         meas[arch] = {c.name: c.count for c in checks}
+        meas[arch]["ctas"] = ctas
         lines.append(f"{arch}: compiled; " + "; ".join(c.message for c in checks))
     return Outcome(sum(per_arch) / len(per_arch), " | ".join(lines), meas)
 
@@ -141,22 +143,27 @@ _WORK_MECHANISMS = {"tcgen05_mma", "tcgen05_mma_2cta", "tcgen05_mma_tmem_a", "wg
 _WORK_SASS = re.compile(r"\b(?:UTC\w*MMA|HGMMA|UTMALDG|UTMASTG)\b")
 
 
-def degenerate(kernel, arch: str, texts: dict[str, str], mechanisms) -> str | None:
-    """Why the compiled kernel does no work at its build shape, or None. Zero CTAs: read from
+def launch_ctas(kernel, arch: str) -> int | None:
+    """CTAs the kernel launches per call (the product over its device functions' grids), read from
     the PrimFunc (check cells) or from the host code of the library the grader's child exported
-    (grader/launch.py; nothing is concluded where the launch cannot be read). No work: a part
-    that checks MMA or TMA mechanisms and a SASS that holds none of them (the code that would
-    issue them was folded away, e.g. a tile loop whose trip count is zero at this shape)."""
-    ctas = None
+    (grader/launch.py); None where the launch cannot be read."""
     if hasattr(kernel, "library"):                       # a KernelRef: the child's library
         try:
             grids = launch.library_ctas(kernel.library(arch))
         except Exception:  # noqa: BLE001 - compile_only already read this library
-            grids = None
-        if grids and any(g == 0 for g in grids.values()):
-            ctas = 0
-    elif hasattr(kernel, "body"):                        # a PrimFunc
-        ctas = launch.primfunc_ctas(kernel)
+            return None
+        if not grids or any(g is None for g in grids.values()):
+            return 0 if grids and 0 in grids.values() else None
+        return math.prod(grids.values())
+    if hasattr(kernel, "body"):                          # a PrimFunc
+        return launch.primfunc_ctas(kernel)
+    return None
+
+
+def degenerate(ctas: int | None, texts: dict[str, str], mechanisms) -> str | None:
+    """Why the compiled kernel does no work at its build shape, or None: it launches no CTA, or
+    the part checks MMA or TMA mechanisms and the SASS holds none of them (the code that would
+    issue them was folded away, e.g. a tile loop whose trip count is zero at this shape)."""
     if ctas == 0:
         return "it launches no CTA (a grid of 0: a tile count that rounds down to zero)"
     if set(mechanisms) & _WORK_MECHANISMS and texts.get("sass") and not _WORK_SASS.search(texts["sass"]):
