@@ -24,6 +24,9 @@ def test_parts_run_through_the_sandbox(root, device):
     res = run.check_lab(LAB, os.path.join(root, *SOLUTION), inputs.PUBLIC_SEED, device,
                         parts=["s1_sync", "s1_build_sm100"], progress=lambda m: None)
     assert [r.verdict for r in res] == [report.PASSED, report.PASSED], [r.message for r in res]
+    # the grid, read from the host code of the library the sandboxed child exported
+    build_result = next(r for r in res if r.part == "s1_build_sm100")
+    assert build_result.measurements["sm_100a"]["ctas"] == 1, build_result.measurements
 
 
 # ---------------------------------------------------------------- deliberately wrong submissions

@@ -10,7 +10,7 @@ import math
 import os
 
 import pytest
-from conftest import grade_with_builders, import_notebook
+from conftest import grade_in_process, grade_with_builders, import_notebook
 from published_kernels import book_gemm, tirx_gemm
 
 from grader import report
@@ -94,3 +94,17 @@ def test_the_references_book_shaped_step8_passes(root, tmp_path):
     mod = import_notebook(os.path.join(root, *SOLUTION), tmp_path)
     r = part(8, functools.partial(mod.blackwell_step8, pairs=1))
     assert r.verdict == report.PASSED, r.message
+
+
+@pytest.mark.slow
+def test_the_reference_arming_its_leader_through_the_remote_view_passes(root, edit, tmp_path):
+    """The book arms the leader's full barrier through remote_view(0) (SASS
+    SYNCS.ARRIVE.TRANS64.RED, which a SASS-only check could not tell from ptxas's own arrive):
+    the reference written that way passes steps 8 and 9 through the sandbox, expect_tx read in
+    the PTX, and the grid read from the child's library."""
+    nb = edit(os.path.join(root, *SOLUTION), {"full.arrive(ld.stage, LEADER_BYTES)": "full_leader.arrive(ld.stage, LEADER_BYTES)"})
+    res = grade_in_process(LAB, nb, ["s8_build_sm100", "s9_build_sm100"], tmp_path / "grade")
+    for part_id, r in res.items():
+        assert r.verdict == report.PASSED, (part_id, r.message)
+        assert "(expect_tx): found (2 mbarrier.arrive.expect_tx" in r.message, r.message
+        assert r.measurements["sm_100a"]["ctas"] == 148, r.measurements
