@@ -75,7 +75,7 @@ def via_grader(lab: str, part: str) -> dict:
     with tempfile.TemporaryDirectory() as d:
         out = os.path.join(d, "report.json")
         env = {k: v for k, v in os.environ.items() if k != "GRADER_SECRET_SEED"}
-        env["PYTHONPATH"] = ROOT
+        env["PYTHONPATH"] = ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         proc = subprocess.run([sys.executable, "-m", "grader", "check", lab, "--part", part, "--public",
                                "--json", out], cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
         try:

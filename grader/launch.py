@@ -129,7 +129,7 @@ def _validate_launch(ln, sig: list, n_maps: int, j: int) -> None:
         raise PlanRejected(f"{what}: a cluster of at most 16 CTAs that divides the grid")
     preferred = [_int(x, 1, 16, f"{what}'s preferred cluster") for x in
                  _list(ln.get("preferred_cluster", [1, 1, 1]), 3, "preferred cluster")]
-    if math.prod(preferred) > 16 or any(p % c for p, c in zip(preferred, cluster)):
+    if math.prod(preferred) > 16 or (math.prod(preferred) > 1 and any(p % c for p, c in zip(preferred, cluster))):
         raise PlanRejected(f"{what}: a preferred cluster of at most 16 CTAs, a multiple of the cluster")
     _int(ln.get("shared_bytes"), 0, MAX_SHARED, f"{what}'s dynamic shared memory")
     for x in _list(ln.get("declared_grid", [1, 1, 1]), 3, "declared grid"):
