@@ -210,6 +210,7 @@ def correctness(module, ctx: Context, env: Env | None = None) -> Outcome:
     names = builder_names(p, ctx)
     shapes = case_shapes(prob, ctx)
     lab, part = ctx.lab.lab, ctx.part.id
+    told = getattr(ctx, "on_mismatch", None)      # a notebook's check cell draws where an output is wrong
     cases, fails = [], []
     kw = builder_kwargs(p, env.sm_count)
     for name in names:
@@ -223,8 +224,7 @@ def correctness(module, ctx: Context, env: Env | None = None) -> Outcome:
             ref, tol = frozen(prob.reference(ins, scalars, shape)), prob.tolerance(shape, ins)
             _run(prob, ex, {**given, **outs}, scalars, env)
             label = prob.describe(shape) + _scalar_text(scalars)
-            res = check(prob, outs, ref, tol, label, originals=ins, given=given,
-                        on_mismatch=getattr(ctx, "on_mismatch", None))
+            res = check(prob, outs, ref, tol, label, originals=ins, given=given, on_mismatch=told)
             cases.append({"builder": name, "shape": list(shape), "ok": res.ok, "max_abs_err": res.max_abs_err})
             if not res.ok:
                 fails.append(f"{name}: {res.message}")
@@ -259,6 +259,7 @@ def speed(module, ctx: Context, env: Env | None = None) -> Outcome:
     prob = problems.get(p["problem"])
     name = speed_builder(p, ctx)
     lab, part = ctx.lab.lab, ctx.part.id
+    told = getattr(ctx, "on_mismatch", None)
     unit = _unit(prob.metric)
     r = inputs.rng(lab, part, ctx.seed)
     shapes = [prob.shape(s) for s in p["shapes"]]
@@ -285,7 +286,7 @@ def speed(module, ctx: Context, env: Env | None = None) -> Outcome:
         outs = prob.make_outputs(shape, env.device)
         tensors = {**given, **outs}
         _run(prob, ex, tensors, scalars, env)
-        res = check(prob, outs, ref, tol, f"{label}, before timing", rows, ins, given, on_mismatch=getattr(ctx, "on_mismatch", None))
+        res = check(prob, outs, ref, tol, f"{label}, before timing", rows, ins, given, on_mismatch=told)
         if not res.ok:
             return Outcome(0.0, f"{name}: not timed: wrong result at {label}; {res.message}",
                            {"problem": prob.name, "builder": name, "shape": list(shape)})
@@ -325,7 +326,7 @@ def speed(module, ctx: Context, env: Env | None = None) -> Outcome:
         if out.verdict == "failed":
             return Outcome(0.0, f"{name} at {label}: {out.message}", out.measurements, verdict="failed")
         env.sync()
-        res = check(prob, outs, ref, tol, f"{label}, after timing", rows, ins, given, on_mismatch=getattr(ctx, "on_mismatch", None))
+        res = check(prob, outs, ref, tol, f"{label}, after timing", rows, ins, given, on_mismatch=told)
         if not res.ok:
             return Outcome(0.0, f"{name}: wrong result after timing at {label}; {res.message}", out.measurements)
         m = out.measurements
