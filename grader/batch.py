@@ -42,7 +42,7 @@ import threading
 import time
 from typing import Any, Callable, Iterable
 
-from . import report, spec
+from . import sandbox, report, spec
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STARTUP_S = 180.0          # added to the parts' timeouts: interpreter, torch and TVM imports
@@ -243,8 +243,8 @@ def grade_piece(sub: Submission, opts: Options, piece: Piece, env_extra: dict[st
         if os.path.exists(p):
             os.remove(p)
     fp = fingerprint(sub, opts, piece.parts, piece.needs_gpu, digest)
-    cmd = [sys.executable, "-m", "grader", "check", opts.lab, "--submission", sub.path,
-           "--json", rep, "--gradescope", gs]
+    cmd = sandbox.trusted_command("cli", "check", opts.lab, "--submission", sub.path, "--json", rep,
+                                  "--gradescope", gs)      # python -I: nothing imported from the working folder
     for folder in (*opts.hide, opts.results_dir):     # other students' notebooks and results
         cmd += ["--hide", os.path.abspath(folder)]
     for p in piece.parts:

@@ -30,7 +30,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 from typing import Any
 
@@ -38,6 +37,8 @@ from nbformat.notebooknode import NotebookNode, from_dict
 from nbgrader import utils
 from nbgrader.preprocessors import NbGraderPreprocessor
 from traitlets import Integer, Unicode
+
+from . import sandbox
 
 SECRET_ENV = "GRADER_SECRET_SEED"
 GRADE_PREFIX = "test_"
@@ -81,7 +82,7 @@ class GradeWithGrader(NbGraderPreprocessor):
             return {}, f"the saved notebook {os.path.basename(notebook)} was not found"
         tmp = tempfile.mkdtemp(prefix="grader-autograde-")
         report_path = os.path.join(tmp, "report.json")
-        cmd = [sys.executable, "-m", "grader", "check", lab, "--submission", notebook, "--json", report_path]
+        cmd = sandbox.trusted_command("cli", "check", lab, "--submission", notebook, "--json", report_path)
         # autograded/<student>/<lab>/<notebook>: the course folder's student folders stay hidden
         course = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(notebook))))
         for folder in ("submitted", "autograded", "feedback", "exchange", "source", "release", "solutions"):
