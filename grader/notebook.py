@@ -82,7 +82,8 @@ def check(lab: str, part_id: str, namespace: dict) -> None:
     start = time.perf_counter()
     res, mismatch = _run_part(lab, part, namespace, device)
     if _is_speed(part) and res.verdict in (report.PARTIAL, report.FAILED) and "ratio" in res.measurements:
-        res = _best_of_trials(res, lambda: _run_part(lab, part, namespace, device)[0])
+        from .run import perf_trials
+        res = perf_trials(res, lambda: _run_part(lab, part, namespace, device)[0])
     _RESULTS[(lab, part_id)] = res
     text = verdict_text(res, time.perf_counter() - start)
     if res.verdict in (report.PASSED, report.SKIPPED):
@@ -117,20 +118,6 @@ def _run_part(lab: str, part: spec.Part, namespace: dict, device) -> tuple[repor
 
 def _is_speed(part: spec.Part) -> bool:
     return bool(part.thresholds)
-
-
-def _best_of_trials(first: report.PartResult, again) -> report.PartResult:
-    """A speed part below full credit is measured again, as the grader does (its best counts)."""
-    from .run import PERF_TRIALS
-    trials = [first]
-    while (trials[-1].verdict in (report.PARTIAL, report.FAILED) and "ratio" in trials[-1].measurements
-           and len(trials) < PERF_TRIALS):
-        trials.append(again())
-    best = max(trials, key=lambda r: (r.points, r.measurements.get("ratio", 0)))
-    if len(trials) > 1:
-        ratios = ", ".join(f"{r.measurements['ratio']:.3f}x" for r in trials if "ratio" in r.measurements)
-        best.message += f" (best of {len(trials)} trials: {ratios})"
-    return best
 
 
 def verdict_text(res: report.PartResult, seconds: float | None = None) -> str:

@@ -187,8 +187,9 @@ def explain(message: str, module: submission.Module, cell_errors: list[str]) -> 
     return cause or message
 
 
-def _perf_trials(first: report.PartResult, again: Callable[[], report.PartResult]) -> report.PartResult:
-    """Measure a performance part below full credit again (fresh processes); keep the best."""
+def perf_trials(first: report.PartResult, again: Callable[[], report.PartResult], where: str = "") -> report.PartResult:
+    """Measure a performance part below full credit again (``again``: in fresh processes when
+    grading, in the notebook's process in a check cell), at most PERF_TRIALS trials; keep the best."""
     trials = [first]
     while (trials[-1].verdict in (report.PARTIAL, report.FAILED) and "ratio" in trials[-1].measurements
            and len(trials) < PERF_TRIALS):
@@ -197,7 +198,8 @@ def _perf_trials(first: report.PartResult, again: Callable[[], report.PartResult
     if len(trials) > 1:
         best.measurements["trials"] = [{"points": r.points, "ratio": r.measurements.get("ratio"),
                                         "verdict": r.verdict} for r in trials]
-        best.message += f" (best of {len(trials)} trials in fresh processes)"
+        ratios = ", ".join(f"{r.measurements['ratio']:.3f}x" for r in trials if "ratio" in r.measurements)
+        best.message += f" (best of {len(trials)} trials{where}: {ratios})"
     return best
 
 
@@ -404,7 +406,7 @@ def check_lab(lab: str, submission_path: str | None, seed: int, device: hardware
 
                 res = harnesses.grade(job, w.backend, part, device.uuid)
                 if part.thresholds:
-                    res = _perf_trials(res, run_once)
+                    res = perf_trials(res, run_once, " in fresh processes")
             else:
                 w.backend.deadline = start + part.timeout_s
                 ctx = Context(lab_spec, part, seed, device, public_only=public_only)
