@@ -161,7 +161,7 @@ def build_part(module, ctx: Context, extra: Callable | None = None) -> Outcome:
             good = all(c.ok for c in checks)
             where[arch] = {c.name: c.count for c in checks}
             if art.plan:
-                where[arch]["ctas"] = [math.prod(ln["grid"]) for ln in art.plan["launches"]]
+                where[arch]["ctas"] = sum(math.prod(ln["grid"]) for ln in art.plan["launches"])
             line = f"{arch}: compiled; " + "; ".join(c.message for c in checks)
             if extra is not None:
                 ok, msg, m = extra(name, art)
