@@ -176,11 +176,7 @@ def local_kernel(prim_func, arch: str | None = None):
     code, so no jail). The notebook's timings are then those of the launch path the grader times."""
     from . import devcode, launch
     arch = arch or device_arch()
-    host, device = devcode.lower(prim_func, arch)
-    module = devcode.device_module(device, arch)
-    source = module.inspect_source()
-    plan = devcode.plan(prim_func, host, device)
-    ptx = devcode.ptx_of(module) or nvrtc_ptx(source, arch)
+    source, plan, ptx = devcode.lowered(prim_func, arch)
     cubin, _ = launch.assemble(ptx, arch, unsafe=True)
     return launch.Kernel(plan, cubin, ptx), source
 
@@ -209,13 +205,15 @@ def compile_only(kernel, arch: str, want_sass: bool = False, own_ptx: bool = Fal
         return art
     from . import devcode
     try:
-        host, device = devcode.lower(kernel, arch)
-        src = devcode.cuda_source(device, arch)
-        plan = devcode.plan(kernel, host, device)
+        src, plan, ptx = devcode.lowered(kernel, arch)
+    except BuildError:
+        raise
     except Exception as e:  # noqa: BLE001 - a TIRx parse/lowering error is the student's verdict
         raise BuildError(f"TIRx lowering for {arch} failed: {type(e).__name__}: {e}") from e
-    art = compile_source(src, arch, want_sass)
-    art.plan = plan
+    art = Artifacts(arch, src, ptx, plan=plan)
+    art.cubin, art.ptxas_log = assemble(ptx, arch, src, target(arch))
+    if want_sass:
+        art.sass = disassemble(art.cubin)
     return art
 
 

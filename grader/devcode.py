@@ -77,10 +77,6 @@ def device_module(device_mods, arch: str):
     return mods[0]
 
 
-def cuda_source(device_mods, arch: str = "sm_90a") -> str:
-    return device_module(device_mods, arch).inspect_source()
-
-
 def ptx_of(module) -> str | None:
     """The PTX TVM made itself, when it made PTX (not a cubin)."""
     try:
@@ -321,15 +317,21 @@ def plan(func, host_mod, device_mods) -> dict:
     return {"version": PLAN_VERSION, "signature": sig, "tensormaps": r.tensormaps, "launches": r.launches}
 
 
-def export(func, arch: str, out_stem: str) -> dict:
-    """Lower ``func`` for ``arch`` and write ``<out_stem>.json`` (plan, CUDA source) and
-    ``<out_stem>.ptx`` (NVRTC's PTX of that source). Returns the file names."""
+def lowered(func, arch: str) -> tuple[str, dict, str]:
+    """(CUDA source, launch plan, PTX) of ``func`` for ``arch``: what the child exports, what a
+    notebook's check cell launches, what a compile-only part of a PrimFunc inspects."""
     from . import build
     host_mod, device_mods = lower(func, arch)
     module = device_module(device_mods, arch)
     src = module.inspect_source()
     p = plan(func, host_mod, device_mods)
-    ptx = ptx_of(module) or build.nvrtc_ptx(src, arch)
+    return src, p, ptx_of(module) or build.nvrtc_ptx(src, arch)
+
+
+def export(func, arch: str, out_stem: str) -> dict:
+    """Lower ``func`` for ``arch`` and write ``<out_stem>.json`` (plan, CUDA source) and
+    ``<out_stem>.ptx`` (NVRTC's PTX of that source). Returns the file names."""
+    src, p, ptx = lowered(func, arch)
     with open(out_stem + ".json", "w") as f:
         json.dump({"plan": p, "arch": arch, "cuda_source": src}, f)
     with open(out_stem + ".ptx", "w") as f:
