@@ -18,6 +18,12 @@ errors recorded and execution continued. Written to DIR:
 - ``times.md``: the same as tables, with per-kind totals and the goals checked;
 - ``executed/<lab>.ipynb``: the executed notebooks, outputs included, for reading.
 
+Speed agreement: the last cell is run as ``grade_notebook(LAB, report_json=...)`` (the grader's
+report is also written as JSON), and after the last cell the kernel is asked for its check cells'
+verdicts (``grader.notebook.last_result``). Every part with a speed ratio is then listed with the
+ratio its check cell printed next to the grader's for the same saved notebook, and the goal is
+that they are within 5% of each other (on a GPU; without one neither ratio exists).
+
 The exit status is 1 when any cell of any lab ended in an error, else 0.
 """
 from __future__ import annotations
@@ -41,6 +47,21 @@ LABS = ["lab1_roofline", "lab2_tma", "lab3_layout_swizzle", "lab4_gemm", "lab5_g
 GOALS = {("lab1_roofline", "cpu"): 60.0, ("lab6_flash_attention", "gpu"): 300.0}
 # A check cell of a CPU question and a graded cell should take under this, in seconds.
 CELL_GOALS = {"graded": 1.0, "check-cpu": 1.0}
+# The check cell's speed ratio and the grader's may differ by at most this fraction.
+AGREEMENT = 0.05
+GRADER_REPORT = "grader-report.json"
+# Run in the notebook's kernel after its last cell: what its check cells found, part by part.
+CHECK_RESULTS = """\
+import json as _json
+from grader import notebook as _notebook, spec as _spec
+_found = {{}}
+for _p in _spec.load({lab!r}).parts:
+    _r = _notebook.last_result({lab!r}, _p.id)
+    if _r is not None:
+        _found[_p.id] = {{"verdict": _r.verdict, "points": _r.points, "ratio": (_r.measurements or {{}}).get("ratio")}}
+with open("check-results.json", "w") as _f:
+    _json.dump(_found, _f)
+"""
 
 # What a cell prints when it did nothing for want of a GPU (check cells, and the labs' GPU-only cells).
 SKIP_MARKS = ("[SKIP]", "skipped, this part needs a GPU", "no GPU here")
@@ -124,6 +145,9 @@ def run_lab(lab: str, out: str, src: str, timeout: int, final: bool, kernel: str
     nb = nbformat.read(path, as_version=4)
     if not final:
         nb.cells = [c for c in nb.cells if classify(c)[0] != "grade-notebook"]
+    for c in nb.cells:   # the grader's report kept as JSON, for the speed agreement
+        if classify(c)[0] == "grade-notebook" and "report_json" not in source(c):
+            c.source = source(c).replace(f'grade_notebook("{lab}")', f'grade_notebook("{lab}", report_json="{GRADER_REPORT}")', 1)
     client = NotebookClient(nb, timeout=timeout, kernel_name=kernel, allow_errors=True,
                             resources={"metadata": {"path": work}})
     cells = []
@@ -145,7 +169,15 @@ def run_lab(lab: str, out: str, src: str, timeout: int, final: bool, kernel: str
             if kind == "grade-notebook" and status == "skipped":   # its report lists skipped parts: it ran
                 status, why = "ok", ""
             cells.append(_row(i, cell, kind, part, time.perf_counter() - t0, status, why))
-    total = time.perf_counter() - t_start
+        total = time.perf_counter() - t_start
+        try:     # not a cell of the notebook: not timed, not saved
+            nb.cells.append(nbformat.v4.new_code_cell(CHECK_RESULTS.format(lab=lab)))
+            client.execute_cell(nb.cells[-1], len(nb.cells) - 1)
+        except Exception as e:  # noqa: BLE001 - the timings stand without it
+            print(f"[{lab}] could not read the check cells' results: {type(e).__name__}: {e}", flush=True)
+        finally:
+            if nb.cells and "check-results.json" in source(nb.cells[-1]):
+                nb.cells.pop()
     os.makedirs(os.path.join(out, "executed"), exist_ok=True)
     nbformat.write(nb, os.path.join(out, "executed", f"{lab}.ipynb"))
     gpu_parts = part_needs_gpu(lab)
@@ -153,7 +185,32 @@ def run_lab(lab: str, out: str, src: str, timeout: int, final: bool, kernel: str
         if c["kind"] == "check" and c["part"] in gpu_parts:
             c["needs_gpu"] = gpu_parts[c["part"]]
     return {"lab": lab, "edition": edition, "kernel_start_s": round(t_kernel, 3), "total_s": round(total, 3),
-            "cells": cells}
+            "cells": cells, "speed": agreement(work)}
+
+
+def agreement(work: str) -> list[dict]:
+    """Per part with a speed ratio: the check cell's ratio and the grader's for the saved notebook."""
+    try:
+        with open(os.path.join(work, "check-results.json")) as f:
+            checks = json.load(f)
+    except (OSError, ValueError):
+        checks = {}
+    try:
+        with open(os.path.join(work, GRADER_REPORT)) as f:
+            graded = {r["part"]: r for r in json.load(f)["results"]}
+    except (OSError, ValueError, KeyError, TypeError):
+        graded = {}
+    rows = []
+    for part in sorted(set(checks) | set(graded)):
+        c = (checks.get(part) or {}).get("ratio")
+        g = ((graded.get(part) or {}).get("measurements") or {}).get("ratio")
+        if c is None and g is None:
+            continue
+        diff = abs(c - g) / g if c is not None and g else None
+        rows.append({"part": part, "check": c, "grader": g, "diff": None if diff is None else round(diff, 4),
+                     "check_points": (checks.get(part) or {}).get("points"),
+                     "grader_points": (graded.get(part) or {}).get("points")})
+    return rows
 
 
 def _row(i, cell, kind, part, seconds, status, why) -> dict:
@@ -203,6 +260,11 @@ def goals(lab_run: dict, gpu: bool) -> list[str]:
         worst = max(graded)
         lines.append(f"every graded cell < {CELL_GOALS['graded']:g} s: "
                      f"{'met' if worst < CELL_GOALS['graded'] else 'NOT met'} (slowest {worst:.2f} s)")
+    speed = lab_run.get("speed") or []
+    if speed:
+        apart = [r for r in speed if r["diff"] is None or r["diff"] > AGREEMENT]
+        lines.append(f"check cells' speed ratios within {AGREEMENT:.0%} of the grader's: "
+                     f"{'met' if not apart else 'NOT met'} ({len(speed) - len(apart)} of {len(speed)} parts)")
     cpu_checks = [c["seconds"] for c in lab_run["cells"] if c["kind"] == "check" and c.get("needs_gpu") is False
                   and not _is_build(lab_run["lab"], c["part"])]
     if cpu_checks:
@@ -241,6 +303,15 @@ def markdown(data: dict) -> str:
                   + ", ".join(f"{k} {v:.1f} s" for k, v in sorted(s["by_kind"].items(), key=lambda kv: -kv[1]))
                   + ".", ""]
         lines += [f"- {g}" for g in goals(run, gpu)] + [""]
+        if run.get("speed"):
+            lines += ["| speed part | check cell ratio | grader ratio | apart | points: check, grader |",
+                      "|---|---:|---:|---:|---|"]
+            for r in run["speed"]:
+                fmt = lambda x: "-" if x is None else f"{x:.3f}"  # noqa: E731
+                apart = "-" if r["diff"] is None else f"{r['diff']:.1%}"
+                lines.append(f"| {r['part']} | {fmt(r['check'])} | {fmt(r['grader'])} | {apart} | "
+                             f"{r['check_points']}, {r['grader_points']} |")
+            lines.append("")
         lines += ["| cell | kind | part | seconds | status | first line |", "|---:|---|---|---:|---|---|"]
         for c in run["cells"]:
             status = c["status"] + (f": {c['why']}" if c["why"] and c["status"] == "error" else "")

@@ -350,10 +350,11 @@ STUDENT_EDITION = os.path.exists(os.path.join(ROOT, ".student-edition"))   # wri
 
 
 def grade_notebook(lab: str, notebook: str | None = None, public: bool | None = None,
-                   parts: list[str] | None = None) -> None:
+                   parts: list[str] | None = None, report_json: str | None = None) -> None:
     """Grade the saved notebook as the autograder will (``python -m grader check LAB --submission
     NOTEBOOK``; ``public``: the public cases only, the default in the student edition, which has
-    no others; ``parts``: only these), printing its lines as they come."""
+    no others; ``parts``: only these; ``report_json``: also write the full report there, as
+    ``--json`` does), printing its lines as they come."""
     public = STUDENT_EDITION if public is None else public
     path = os.path.abspath(notebook or os.path.join(os.getcwd(), _spec(lab).notebook))
     if not os.path.isfile(path):
@@ -362,6 +363,8 @@ def grade_notebook(lab: str, notebook: str | None = None, public: bool | None = 
     age = time.time() - os.path.getmtime(path)
     when = f"{age:.0f} s ago" if age < 120 else f"{age / 60:.0f} min ago" if age < 7200 else f"{age / 3600:.1f} h ago"
     options = (["--public"] if public else []) + [a for p in parts or [] for a in ("--part", p)]
+    if report_json:
+        options += ["--json", os.path.abspath(report_json)]
     cmd = [sys.executable, "-m", "grader", "check", lab, "--submission", path] + options
     print(f"Grading the saved notebook (saved {when}; save first to grade your latest code):\n"
           f"  python -m grader check {lab} --submission {path}" + "".join(f" {a}" for a in options), flush=True)
