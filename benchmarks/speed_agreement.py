@@ -1,7 +1,11 @@
 """Do a notebook's speed check and the grader's speed part agree? (GPU only.)
 
-    python benchmarks/speed_agreement.py --out DIR                      # the speed parts of labs 1-3
+    python benchmarks/speed_agreement.py --out DIR                      # every lab's speed parts
     python benchmarks/speed_agreement.py --lab lab2_tma --part e_speed --repeat 5 --out DIR
+    python benchmarks/speed_agreement.py --lab lab4_gemm --part s3_speed --paths check,grader --out DIR
+
+(``benchmarks/notebook_times.py`` puts one check-cell ratio beside the grader's for every speed
+part as it runs the notebooks; this script repeats a part to separate noise from a difference.)
 
 For each speed part, on the reference solution, public inputs, ``--repeat`` times each:
 
@@ -34,7 +38,15 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-DEFAULT = [("lab1_roofline", "b_speed"), ("lab2_tma", "e_speed"), ("lab3_layout_swizzle", "d_speed")]
+LABS = ["lab1_roofline", "lab2_tma", "lab3_layout_swizzle", "lab4_gemm", "lab5_gemm_pipeline",
+        "lab6_flash_attention"]
+PATHS = ("check", "grader", "executable")
+
+
+def speed_parts(labs: list[str]) -> list[tuple[str, str]]:
+    """The parts graded on a speed ratio (a threshold table), lab by lab."""
+    from grader import spec
+    return [(lab, p.id) for lab in labs for p in spec.load(lab).parts if p.thresholds]
 
 
 def reference_module(lab: str, folder: str):
@@ -127,8 +139,10 @@ def launch_overhead(lab: str, part: str, namespace: dict, calls: int = 2000) -> 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--lab", help="one lab (with --part); default: the speed parts of labs 1-3")
-    ap.add_argument("--part")
+    ap.add_argument("--lab", help="one lab; default: all")
+    ap.add_argument("--part", help="one part of --lab; default: its speed parts")
+    ap.add_argument("--paths", default=",".join(PATHS),
+                    help="which of check, grader, executable to time (default: all three)")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--out", required=True)
     args = ap.parse_args(argv)
@@ -136,7 +150,10 @@ def main(argv=None) -> int:
     if not torch.cuda.is_available():
         print("needs a GPU: nothing to compare here")
         return 2
-    jobs = [(args.lab, args.part)] if args.lab else DEFAULT
+    paths = [p for p in args.paths.split(",") if p]
+    if not set(paths) <= set(PATHS):
+        ap.error(f"--paths: choose among {', '.join(PATHS)}")
+    jobs = [(args.lab, args.part)] if args.lab and args.part else speed_parts([args.lab] if args.lab else LABS)
     os.makedirs(args.out, exist_ok=True)
     data = {"gpu": torch.cuda.get_device_name(0), "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "parts": []}
     tmp = tempfile.mkdtemp(prefix="speed-agreement-")
@@ -147,6 +164,8 @@ def main(argv=None) -> int:
             for name, fn in (("check", functools.partial(via_check, lab, part, ns)),
                              ("grader", functools.partial(via_grader, lab, part)),
                              ("executable", functools.partial(via_executable, lab, part, ns))):
+                if name not in paths:
+                    continue
                 try:
                     row = fn()
                 except Exception as e:  # noqa: BLE001 - one path failing must not hide the others
@@ -155,6 +174,8 @@ def main(argv=None) -> int:
                 print(f"[{lab}/{part} {i + 1}/{args.repeat}] {name:<10} {row['verdict']:<8} ratio {row['ratio']}",
                       flush=True)
         try:
+            if "executable" not in paths:
+                raise RuntimeError("not measured (--paths)")
             entry["launch_host_us"] = launch_overhead(lab, part, ns)
         except Exception as e:  # noqa: BLE001
             entry["launch_host_us"] = {"executable": None, "loaded": None, "error": f"{type(e).__name__}: {e}"[:500]}
