@@ -5,78 +5,11 @@ cuobjdump) rather than whatever toolkit the machine happens to have.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import os
-import shutil
 import subprocess
 import tempfile
 
-
-class BuildError(Exception):
-    pass
-
-
-@functools.lru_cache(maxsize=1)
-def pip_cuda_root() -> str | None:
-    """The CUDA folder of pip's nvidia-cuda-* packages (site-packages/nvidia/cu13) when it holds
-    everything NVRTC needs (the runtime headers and CCCL), else None."""
-    try:
-        import nvidia
-    except ImportError:
-        return None
-    for base in getattr(nvidia, "__path__", []):
-        root = os.path.join(base, "cu13")
-        if (os.path.exists(os.path.join(root, "include", "cuda_runtime.h"))
-                and os.path.isdir(os.path.join(root, "include", "cccl", "cuda", "std"))):
-            return root
-    return None
-
-
-def configure_toolchain() -> str:
-    """Point TVM's NVRTC path at a complete CUDA folder; returns a description for reports.
-
-    An explicitly set CUDA_PATH wins; then pip's CUDA packages (the same on every machine);
-    then TVM's own search (nvcc on PATH, /usr/local/cuda).
-    """
-    if "CUDA_PATH" in os.environ:
-        return f"CUDA_PATH={os.environ['CUDA_PATH']} (set by the environment)"
-    root = pip_cuda_root()
-    if root is None:
-        if shutil.which("nvcc") or os.path.exists("/usr/local/cuda/bin/nvcc"):
-            return "system CUDA toolkit (nvcc on PATH or /usr/local/cuda)"
-        raise BuildError("no CUDA headers: install the course's pip packages "
-                         "(nvidia-cuda-nvrtc, nvidia-cuda-cccl, nvidia-cuda-nvcc) or set CUDA_PATH")
-    os.environ["CUDA_PATH"] = root
-    # tvm.compile's own NVRTC call (used when a GPU is present) takes extra options from here.
-    os.environ.setdefault("TVM_CUDA_NVRTC_EXTRA_OPTS", f"-I{os.path.join(root, 'include', 'cccl')}")
-    return f"CUDA_PATH={root} (pip packages)"
-
-
-def nvrtc_options() -> list[str]:
-    root = os.environ.get("CUDA_PATH") or pip_cuda_root() or ""
-    opts = []
-    for cand in (os.path.join(root, "include", "cccl"), os.path.join(root, "targets", "x86_64-linux", "include", "cccl")):
-        if os.path.isdir(cand):
-            opts.append(f"-I{cand}")
-    pip_root = pip_cuda_root()
-    if pip_root and os.path.isdir(os.path.join(pip_root, "include", "cccl")):
-        opts.append(f"-I{os.path.join(pip_root, 'include', 'cccl')}")
-    return list(dict.fromkeys(opts))
-
-
-def tool(name: str) -> str | None:
-    """A CUDA command-line tool (ptxas, cuobjdump, nvdisasm): pip's first, then PATH."""
-    root = pip_cuda_root()
-    if root and os.path.exists(os.path.join(root, "bin", name)):
-        return os.path.join(root, "bin", name)
-    return shutil.which(name)
-
-
-def target(arch: str | None = None):
-    import tvm
-    if arch is None:
-        return tvm.target.Target("cuda")
-    return tvm.target.Target({"kind": "cuda", "arch": arch})
+from .toolchain import BuildError, configure_toolchain, nvrtc_options, nvrtc_ptx, target, tool
 
 
 @dataclasses.dataclass
@@ -234,26 +167,14 @@ def jailed_nvrtc(src: str, arch: str) -> str:
     """CUDA source the child sent, compiled to PTX by NVRTC in a tool jail (the grader's own
     modules only; no student code runs there, and an #include reads only what the jail holds)."""
     from . import sandbox
-    code = ("import sys; sys.path[:0] = ['/course'] + sys.argv[3:]; from grader import build; "
-            "open('/sandbox/k.ptx', 'w').write(build.nvrtc_ptx(open('/sandbox/k.cu').read(), sys.argv[1]))")
+    code = ("import sys; sys.path[:0] = ['/course'] + sys.argv[3:]; from grader import toolchain; "
+            "open('/sandbox/k.ptx', 'w').write(toolchain.nvrtc_ptx(open('/sandbox/k.cu').read(), sys.argv[1]))")
     import sys
     rc, log, out = sandbox.run_tool([sys.executable, "-I", "-c", code, arch, "k"] + sandbox.python_dirs(),
                                     {"k.cu": src.encode()}, ["k.ptx"], course=True)
     if rc != 0 or "k.ptx" not in out:
         raise BuildError(f"NVRTC compilation for {arch} failed: {log.strip()[-2000:]}")
     return out["k.ptx"].decode(errors="replace")
-
-
-def nvrtc_ptx(src: str, arch: str) -> str:
-    """CUDA source to PTX text with NVRTC (BuildError with NVRTC's log)."""
-    from tvm.support import nvcc
-    configure_toolchain()
-    try:
-        with target(arch):
-            ptx = bytes(nvcc.compile_cuda(src, "ptx", arch=arch, compiler="nvrtc", options=nvrtc_options()))
-    except Exception as e:  # noqa: BLE001
-        raise BuildError(f"NVRTC compilation for {arch} failed: {e}") from e
-    return ptx.decode(errors="replace").rstrip("\x00")
 
 
 def _compile_source(src: str, arch: str, want_sass: bool) -> Artifacts:

@@ -51,9 +51,9 @@ def lower(func, arch: str):
     1-5 for a CUDA target of ``arch``, without generating host code."""
     import tvm
     from tvm.tirx.build import split_host_device_mods
-    from . import build
-    build.configure_toolchain()
-    tgt = build.target(arch)
+    from . import toolchain
+    toolchain.configure_toolchain()
+    tgt = toolchain.target(arch)
     with tgt:
         mod = tvm.IRModule({"main": func})
         host = "llvm" if tvm.runtime.enabled("llvm") else "c"
@@ -69,8 +69,8 @@ def device_module(device_mods, arch: str):
     """The CUDA runtime module of the device code (TVM compiles it where a CUDA compiler
     callback is registered, for ``arch``: no GPU is asked which arch it is)."""
     from tvm.tirx.build import codegen_build
-    from . import build
-    with build.target(arch):
+    from . import toolchain
+    with toolchain.target(arch):
         mods = [codegen_build(m, t) for t, m in device_mods.items() if len(m.functions)]
     if len(mods) != 1:
         raise HostCodeRefused(f"the kernel has {len(mods)} device modules; the grader launches one CUDA module")
@@ -320,12 +320,12 @@ def plan(func, host_mod, device_mods) -> dict:
 def lowered(func, arch: str) -> tuple[str, dict, str]:
     """(CUDA source, launch plan, PTX) of ``func`` for ``arch``: what the child exports, what a
     notebook's check cell launches, what a compile-only part of a PrimFunc inspects."""
-    from . import build
+    from . import toolchain
     host_mod, device_mods = lower(func, arch)
     module = device_module(device_mods, arch)
     src = module.inspect_source()
     p = plan(func, host_mod, device_mods)
-    return src, p, ptx_of(module) or build.nvrtc_ptx(src, arch)
+    return src, p, ptx_of(module) or toolchain.nvrtc_ptx(src, arch)
 
 
 def export(func, arch: str, out_stem: str) -> dict:

@@ -201,8 +201,8 @@ class AssemblyFailed(Exception):
 
 def assemble(ptx: str, arch: str, unsafe: bool | None = None) -> tuple[bytes, str]:
     """PTX to cubin with ptxas, in a tool jail: (cubin, ptxas -v log)."""
-    from . import build
-    exe = build.tool("ptxas")
+    from . import toolchain
+    exe = toolchain.tool("ptxas")
     if exe is None:
         raise AssemblyFailed("ptxas is not installed (pip install nvidia-cuda-nvcc)")
     rc, log, out = sandbox.run_tool([exe, f"-arch={arch}", "-v", "--register-usage-level=10", "-o",
@@ -215,8 +215,8 @@ def assemble(ptx: str, arch: str, unsafe: bool | None = None) -> tuple[bytes, st
 
 def disassemble(cubin: bytes, unsafe: bool | None = None) -> str:
     """cuobjdump -sass of a cubin, in a tool jail ("" without cuobjdump)."""
-    from . import build
-    exe = build.tool("cuobjdump")
+    from . import toolchain
+    exe = toolchain.tool("cuobjdump")
     if exe is None:
         return ""
     rc, log, out = sandbox.run_tool(["/bin/sh", "-c", f"{exe} -sass {sandbox.SCRATCH}/k.cubin > {sandbox.SCRATCH}/k.sass"],
