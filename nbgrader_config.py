@@ -43,12 +43,12 @@ c.GenerateAssignment.preprocessors = [
 ]
 
 # Autograding never runs the student's notebook: nbgrader's Execute step is replaced by
-# grader.nbgrader_autograde.GradeWithGrader, which runs `python -m grader check <lab>
+# grader.classroom.nbgrader_autograde.GradeWithGrader, which runs `python -m grader check <lab>
 # --submission <saved notebook> --json <file>` (own processes, time limits, hidden cases,
 # GRADER_SECRET_SEED from the environment) and writes each part's verdict and points into its
 # graded cell, where SaveAutoGrades reads them. The rest of nbgrader's autograde steps stay.
 c.Autograde.autograde_preprocessors = [
-    "grader.nbgrader_autograde.GradeWithGrader",
+    "grader.classroom.nbgrader_autograde.GradeWithGrader",
     "nbgrader.preprocessors.IgnorePattern",
     "nbconvert.preprocessors.ClearMetadataPreprocessor",
     "nbgrader.preprocessors.LimitOutput",

@@ -148,8 +148,7 @@ def cmd_compile(args) -> int:
     import shutil
     import tempfile
 
-    from . import build, inspect, remote, submission
-    from .labs import common
+    from . import build, grading, inspect, remote, submission
     lab_spec = spec.load(args.lab)
     try:
         sandbox.require_isolation(args.unsafe_no_sandbox)
@@ -165,22 +164,22 @@ def cmd_compile(args) -> int:
             print(f"note: {p}")
         session = sandbox.ChildSession(mod.path, unsafe=args.unsafe_no_sandbox)
         backend = remote.ChildBackend(session, mod.relocate)
-        return _compile_all(args, lab_spec, remote.RemoteSubmission(backend), build, inspect, common)
+        return _compile_all(args, lab_spec, remote.RemoteSubmission(backend), build, inspect, grading)
     finally:
         if session is not None:
             session.close()
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _compile_all(args, lab_spec, module, build, inspect, common) -> int:
+def _compile_all(args, lab_spec, module, build, inspect, grading) -> int:
     os.makedirs(args.out, exist_ok=True)
     status = 0
     jobs = [(part, name, arch) for part in lab_spec.parts if part.kind == "build"
-            for name in common.builder_names(part.params) for arch in part.params["archs"]]
+            for name in grading.builder_names(part.params) for arch in part.params["archs"]]
     for part, name, arch in jobs:
         stem = os.path.join(args.out, f"{name}.{arch}")
         try:
-            kw = common.builder_args(part.params)
+            kw = grading.builder_args(part.params)
             if kw.get("num_sms") == "arch":
                 kw["num_sms"] = hardware.SPECS[hardware.TRACK_DEFAULT[arch]].sm_count
             art = build.compile_only(getattr(module, name)(**kw), arch, want_sass=True)
@@ -232,11 +231,10 @@ def main(argv: list[str] | None = None) -> int:
     k.add_argument("--out", default="build/kernels", help="output folder (default: build/kernels)")
     k.add_argument("--unsafe-no-sandbox", action="store_true", help="run the notebook without the jail")
     k.set_defaults(func=cmd_compile)
-    from . import release  # python -m grader release DIR: the student edition (grader/release.py)
-    release.register(sub)
-    from . import batch, gradebook, slurm  # a whole class: batch, collect, gradebook
-    for module in (batch, slurm, gradebook):
-        module.register(sub)
+    from .edition import commands as edition  # python -m grader release DIR: the student edition
+    edition.register(sub)
+    from .classroom import commands as classroom  # a whole class: batch, collect, gradebook
+    classroom.register(sub)
     argv = sys.argv[1:] if argv is None else argv
     args = ap.parse_args(argv)
     if args.command == "check":

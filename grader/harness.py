@@ -17,7 +17,7 @@ import os
 import socket
 import sys
 
-from . import channel, hardware, labs, report, sandbox, spec, timing
+from . import channel, dispatch, hardware, report, sandbox, spec, timing
 from .context import Context
 from .remote import BrokerBackend, RemoteSubmission
 
@@ -29,7 +29,7 @@ def grade(job: dict, backend: BrokerBackend, device) -> report.PartResult:
     ctx = Context(lab_spec, part, int(job["seed"]), device, public_only=bool(job["public_only"]),
                   end_student_code=backend.end)
     timing.HANG_S = float(part.params.get("hang_s", timing.HANG_S))
-    return outcome_to_result(ctx, lambda: labs.grade(lab_spec.lab, part.id, RemoteSubmission(backend), ctx))
+    return outcome_to_result(ctx, lambda: dispatch.grade(lab_spec.lab, part.id, RemoteSubmission(backend), ctx))
 
 
 def main(argv: list[str]) -> int:

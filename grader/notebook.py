@@ -8,7 +8,7 @@
   cells, and a wrong kernel output says where (shape, how many elements, the first indices, the
   largest error) and draws a heat map of the wrong tiles of a matrix. Kernels are compiled,
   launched and timed the way the grader does (:func:`compile_kernel`, :func:`time_calls`): the
-  same arch, the same launch plan and driver launch (build.local_kernel), the same timing code (grader/timing.py via common.timed_ratio), and a
+  same arch, the same launch plan and driver launch (build.local_kernel), the same timing code (grader/timing.py via grading.timed_ratio), and a
   speed part below full credit is measured again, best of ``run.PERF_TRIALS``.
 - ``grade(lab, part)`` is what the locked graded cells call. It is not a source of scores:
   ``nbgrader autograde`` never runs the notebook (grader/nbgrader_autograde.py grades the saved
@@ -31,7 +31,7 @@ import time
 import traceback
 import types
 
-from . import hardware, inputs, labs, report, spec
+from . import dispatch, hardware, inputs, report, spec
 from .context import Context
 
 _RESULTS: dict[tuple[str, str], report.PartResult] = {}
@@ -97,13 +97,12 @@ def check(lab: str, part_id: str, namespace: dict) -> None:
 def _run_part(lab: str, part: spec.Part, namespace: dict, device) -> tuple[report.PartResult, "_Mismatch"]:
     mismatch = _Mismatch()
     ctx = Context(_spec(lab), part, inputs.PUBLIC_SEED, device, public_only=True, on_mismatch=mismatch)
-    fn = labs.grading_function(lab, part)
-    from . import runners, timing
-    if fn is runners.kernel_part:          # kernels compiled and loaded as the grader loads them
-        fn = functools.partial(runners.kernel_part, env=runners.Env(lower=_KERNELS.lower))
+    from . import timing
     hang_s, timing.HANG_S = timing.HANG_S, float(part.params.get("hang_s", timing.HANG_S))   # as the harness does
     try:
-        return ctx.to_result(fn(types.SimpleNamespace(**namespace), ctx)), mismatch
+        # kernels compiled and loaded as the grader loads them (_KERNELS)
+        outcome = dispatch.grade(lab, part.id, types.SimpleNamespace(**namespace), ctx, lower=_KERNELS.lower)
+        return ctx.to_result(outcome), mismatch
     except timing.KernelHang as e:
         return ctx.error_result(report.ERROR, f"timed out: {e}: most likely a barrier wait that never completes. "
                                 "The GPU is still running it: restart the notebook's kernel before the next GPU "
@@ -346,7 +345,7 @@ def _last_check(res: report.PartResult | None) -> str:
 GRADE_TIMEOUT_S = 3600
 
 
-STUDENT_EDITION = os.path.exists(os.path.join(ROOT, ".student-edition"))   # written by grader/release.py
+STUDENT_EDITION = os.path.exists(os.path.join(ROOT, ".student-edition"))   # written by grader/edition/release.py
 
 
 def grade_notebook(lab: str, notebook: str | None = None, public: bool | None = None,

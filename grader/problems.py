@@ -88,7 +88,7 @@ from typing import Any, Callable, NamedTuple, Sequence
 import torch
 
 from . import compare, inputs
-from .labs.common import Work
+from .grading import Work
 
 U16 = 2.0 ** -11        # unit roundoff of fp16
 U32 = 2.0 ** -24        # unit roundoff of fp32

@@ -1,6 +1,6 @@
 """The grader's view of a submission that runs elsewhere.
 
-Lab grading functions take a ``module`` and call ``common.student(module, name)(*args)``. In the
+Lab grading functions take a ``module`` and call ``grading.student(module, name)(*args)``. In the
 notebook's own check cells that module is the notebook's namespace. When grading, it is a
 :class:`RemoteSubmission`: every call crosses to the sandboxed child (grader/child.py) as plain
 JSON and comes back as plain JSON (so no object of the student's can reach the grader's
@@ -329,7 +329,7 @@ class RemoteFunction:
 
 
 class RemoteSubmission:
-    """``common.student(module, name)`` on this returns a RemoteFunction."""
+    """``grading.student(module, name)`` on this returns a RemoteFunction."""
 
     def __init__(self, backend):
         self._backend = backend

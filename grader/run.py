@@ -33,7 +33,7 @@ import threading
 import time
 from typing import Callable
 
-from . import channel, hardware, labs, remote, report, sandbox, spec, submission, timing
+from . import channel, dispatch, hardware, remote, report, sandbox, spec, submission, timing
 from .context import Context
 
 SOLUTIONS_DIR = os.path.join(sandbox.REPO_ROOT, "solutions")
@@ -283,7 +283,7 @@ def builds_ahead(lab_spec: spec.LabSpec, parts: list[spec.Part], seed: int, devi
     from . import runners
     out, seen = [], set()
     for part in sorted(parts, key=lambda p: bool(p.thresholds)):
-        if not (part.needs_gpu and part.kind == "kernel" and labs.grading_function(lab_spec.lab, part)
+        if not (part.needs_gpu and part.kind == "kernel" and dispatch.grading_function(lab_spec.lab, part)
                 is runners.DEFAULT_RUNNERS["kernel"]):
             continue
         ctx = Context(lab_spec, part, seed, device, public_only=public_only)
@@ -410,7 +410,7 @@ def check_lab(lab: str, submission_path: str | None, seed: int, device: hardware
             else:
                 w.backend.deadline = start + part.timeout_s
                 ctx = Context(lab_spec, part, seed, device, public_only=public_only)
-                res = outcome_to_result(ctx, lambda: labs.grade(lab, part.id, remote.RemoteSubmission(w.backend), ctx))
+                res = outcome_to_result(ctx, lambda: dispatch.grade(lab, part.id, remote.RemoteSubmission(w.backend), ctx))
             res.message = explain(module.relocate(res.message), module, w.backend.cell_errors)
             res.measurements["elapsed_s"] = round(time.monotonic() - start, 3)
             res.measurements.setdefault("sandbox", w.session.level)

@@ -21,14 +21,14 @@ mismatch). The fraction is the share of pairs right.
 Speed parts (a threshold table) give ``shapes``, optionally ``scalars`` (fixed scalar arguments),
 ``check_rows`` (check a sample of rows of large outputs instead of all) and
 ``extra_builders`` (the student's other kernels, timed in the same rotation and recorded, not
-graded). Per shape: check, time against the problem's baseline through common.timed_ratio,
+graded). Per shape: check, time against the problem's baseline through grading.timed_ratio,
 check the outputs of the timed calls again; credit on the geometric mean of the ratios
-(common.perf_outcome against the part's threshold row).
+(grading.perf_outcome against the part's threshold row).
 
 Contract with the rest of the grader: a kernel is obtained only as
-``ex, cuda_source = build.lower(common.student(module, name)(*builder_args))`` and called as
-``ex(*tensors_and_scalars)``; the GPU is waited for only with ``common.sync()``; time is taken
-only by ``common.timed_ratio``. :class:`Env` is the seam that lets the tests run the same code on
+``ex, cuda_source = build.lower(grading.student(module, name)(*builder_args))`` and called as
+``ex(*tensors_and_scalars)``; the GPU is waited for only with ``grading.sync()``; time is taken
+only by ``grading.timed_ratio``. :class:`Env` is the seam that lets the tests run the same code on
 the CPU with a torch function standing in for ``ex``.
 """
 from __future__ import annotations
@@ -41,19 +41,19 @@ import torch
 
 from . import build, compare, inputs, problems, timing
 from .context import Context, Outcome
-from .labs import common
+from . import grading
 
 TRACK_ALIASES = {"hopper": "sm_90a", "blackwell": "sm_100a"}
 
 
 def lower_explained(built):
-    """build.lower, with common.explain_build_error's words added to a failure (a TIRx call that
+    """build.lower, with grading.explain_build_error's words added to a failure (a TIRx call that
     apache-tvm 0.26 cannot lower is named, with what to use instead)."""
     try:
         return build.lower(built)
     except Exception as e:
         if type(e).__name__ in ("BuildError", "BuildFailed"):
-            explained = common.explain_build_error(e)
+            explained = grading.explain_build_error(e)
             if explained != str(e):
                 raise type(e)(explained) from e
         raise
@@ -65,9 +65,9 @@ class Env:
     ``lower`` (returning a torch function) here."""
     device: str = "cuda"
     lower: Callable[[Any], tuple[Callable, str]] = lambda built: lower_explained(built)
-    sync: Callable[[], None] = lambda: common.sync()
-    timed_ratio: Callable[..., Outcome] = lambda *a, **k: common.timed_ratio(*a, **k)
-    require_gpu: Callable[[Context], Any] = lambda ctx: common.require_gpu(ctx)
+    sync: Callable[[], None] = lambda: grading.sync()
+    timed_ratio: Callable[..., Outcome] = lambda *a, **k: grading.timed_ratio(*a, **k)
+    require_gpu: Callable[[Context], Any] = lambda ctx: grading.require_gpu(ctx)
     sm_count: Callable[[], int] = lambda: torch.cuda.get_device_properties(0).multi_processor_count
 
 
@@ -214,7 +214,7 @@ def correctness(module, ctx: Context, env: Env | None = None) -> Outcome:
     cases, fails = [], []
     kw = builder_kwargs(p, env.sm_count)
     for name in names:
-        fn = common.student(module, name)
+        fn = grading.student(module, name)
         for i, shape in enumerate(shapes):
             ex, _ = env.lower(fn(*prob.builder_args(shape), **kw))
             ins = prob.make_inputs(lab, part, shape, ctx.seed, i, env.device)
@@ -265,12 +265,12 @@ def speed(module, ctx: Context, env: Env | None = None) -> Outcome:
     shapes = [prob.shape(s) for s in p["shapes"]]
     others = list(p.get("extra_builders", []))
     # Every kernel is obtained before the first timing: timing stops the submission's processes
-    # (common.end_student_code), so no builder can be called after it.
+    # (grading.end_student_code), so no builder can be called after it.
     kernels = []
     kw = builder_kwargs(p, env.sm_count)
     for shape in shapes:
         args = prob.builder_args(shape)
-        kernels.append({n: env.lower(common.student(module, n)(*args, **kw))[0] for n in [name] + others})
+        kernels.append({n: env.lower(grading.student(module, n)(*args, **kw))[0] for n in [name] + others})
     per_shape, ratios, lines = [], [], []
     for i, shape in enumerate(shapes):
         ex = kernels[i][name]
@@ -347,7 +347,7 @@ def speed(module, ctx: Context, env: Env | None = None) -> Outcome:
     mean = (f"geometric mean over {len(ratios)} shapes of the ratio to {prob.baseline_name}" if len(ratios) > 1
             else f"ratio to {prob.baseline_name}")
     meas = {"problem": prob.name, "builder": name, "shapes": per_shape, "gpu": ctx.device.driver_name}
-    return common.perf_outcome(ctx, ratio, meas, f"{name}{where} ({' | '.join(lines)}); {mean}")
+    return grading.perf_outcome(ctx, ratio, meas, f"{name}{where} ({' | '.join(lines)}); {mean}")
 
 
 # ---------------------------------------------------------------- defaults per part kind
@@ -359,7 +359,7 @@ def kernel_part(module, ctx: Context, env: Env | None = None) -> Outcome:
 
 DEFAULT_RUNNERS: dict[str, Callable[..., Outcome]] = {
     "kernel": kernel_part,
-    "build": lambda module, ctx: common.build_part(module, ctx),
+    "build": lambda module, ctx: grading.build_part(module, ctx),
 }
 
 

@@ -106,12 +106,12 @@ def grade_with_builders(lab, part_id, builders, **params):
     import dataclasses
     import types
 
-    from grader import labs, spec
+    from grader import dispatch, spec
     from grader.context import Context
     lab_spec = spec.load(lab)
     part = lab_spec.part(part_id)
     if params:
         part = dataclasses.replace(part, params={**part.params, **params})
     ctx = Context(lab_spec, part, inputs.PUBLIC_SEED, hardware.detect())
-    return ctx.to_result(labs.grade(lab, part_id, types.SimpleNamespace(**builders), ctx))
+    return ctx.to_result(dispatch.grade(lab, part_id, types.SimpleNamespace(**builders), ctx))
 

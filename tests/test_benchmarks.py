@@ -27,7 +27,7 @@ def run(tmp_path_factory):
     nb.cells = [
         _cell("import time\ndef check(lab, part, ns):\n    print('[SKIP] ' + part) if part == 'b_correct' else None\n"
               "def grade(lab, part):\n    print('no points here')\n"
-              "def grade_notebook(lab):\n    time.sleep(0.2)", grade=False, grade_id="setup", locked=True, solution=False),
+              "def grade_notebook(lab, report_json=None):\n    time.sleep(0.2)", grade=False, grade_id="setup", locked=True, solution=False),
         nbformat.v4.new_markdown_cell("## Part a"),
         _cell("def f():\n    return 1", grade=False, grade_id="a", locked=False, solution=True),
         _cell('check("lab1_roofline", "a_flops", globals())  # public cases'),
@@ -68,3 +68,29 @@ def test_goals_and_the_table(run):
     md = nt.markdown(data)
     assert "| 6 | other |  |" in md and "error: ZeroDivisionError" in md and "grade-notebook" in md
     json.dumps(data)                                                     # times.json is plain JSON
+
+
+def test_speed_ratios_of_the_check_cells_beside_the_graders(tmp_path):
+    # what the kernel's check cells found, and the grader's report of the saved notebook
+    (tmp_path / "check-results.json").write_text(json.dumps({
+        "a_flops": {"verdict": "passed", "points": 2.0, "ratio": None},
+        "b_speed": {"verdict": "passed", "points": 3.0, "ratio": 0.93},
+        "c_speed": {"verdict": "partial", "points": 1.0, "ratio": 0.50}}))
+    (tmp_path / nt.GRADER_REPORT).write_text(json.dumps({"results": [
+        {"part": "a_flops", "points": 2.0, "measurements": {}},
+        {"part": "b_speed", "points": 3.0, "measurements": {"ratio": 0.95}},
+        {"part": "c_speed", "points": 2.0, "measurements": {"ratio": 0.60}}]}))
+    rows = nt.agreement(str(tmp_path))
+    assert [(r["part"], r["check"], r["grader"]) for r in rows] == [("b_speed", 0.93, 0.95), ("c_speed", 0.5, 0.6)]
+    assert rows[0]["diff"] == pytest.approx(0.02 / 0.95, abs=1e-4)
+    lab_run = {"lab": "lab1_roofline", "total_s": 1.0, "cells": [], "speed": rows}
+    assert "within 5% of the grader's: NOT met (1 of 2 parts)" in "\n".join(nt.goals(lab_run, gpu=True))
+    lab_run["speed"] = rows[:1]
+    assert "within 5% of the grader's: met (1 of 1 parts)" in "\n".join(nt.goals(lab_run, gpu=True))
+    md = nt.markdown({"machine": {}, "command": "c", "labs": [dict(lab_run, edition="solutions", kernel_start_s=0)]})
+    assert "| b_speed | 0.930 | 0.950 | 2.1% | 3.0, 3.0 |" in md
+
+
+def test_the_last_cell_is_asked_for_the_graders_report(run, tmp_path):
+    with_final, _ = run
+    assert with_final["cells"][-1]["first_line"] == f'grade_notebook("lab1_roofline", report_json="{nt.GRADER_REPORT}")'

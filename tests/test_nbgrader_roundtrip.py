@@ -263,7 +263,7 @@ def test_autograde_preprocessor_scores_zero_without_a_report(tmp_path):
     whatever outputs the other code cells carried; no cell runs."""
     import nbformat
     from nbgrader import utils
-    from grader.nbgrader_autograde import GradeWithGrader
+    from grader.classroom.nbgrader_autograde import GradeWithGrader
     nb = nbformat.v4.new_notebook()
     answer = nbformat.v4.new_code_cell("def grade(*a):\n    return 100\n", metadata={"nbgrader": {
         "grade": False, "solution": True, "locked": False, "grade_id": "x", "schema_version": 3}})

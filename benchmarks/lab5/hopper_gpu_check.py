@@ -347,9 +347,9 @@ def run_parent(args):
               "--gpu-timeout", str(args.gpu_timeout), "--num-sms", str(args.num_sms),
               "--sibling-wait", str(args.sibling_wait), "--siblings", *[str(s) for s in args.steps]]
     if args.quick:
-        common.append("--quick")
+        grading.append("--quick")
     if args.no_flush:
-        common.append("--no-flush")
+        grading.append("--no-flush")
     if args.arch:
         common += ["--arch", args.arch]
     if args.fake:

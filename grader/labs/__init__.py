@@ -1,43 +1,22 @@
-"""Per-lab grading functions. Each lab module exposes ``GRADERS``: part id -> function
-``(submission_module, ctx) -> Outcome``. Numbers (shapes, tolerances, thresholds) come
-from the lab's spec file, never from these modules.
+"""The labs' own grading code: one module per lab, ``grader/labs/<lab>.py``, for the parts that
+the default runners (grader/runners.py: kernel parts that name a problem of grader/problems.py,
+build parts) do not grade. Numbers (shapes, tolerances, thresholds, case counts) come from the
+lab's spec (grader/specs/<lab>.toml), never from these modules. A lab made of declared parts
+only needs no module here.
 
-A part without an entry in ``GRADERS`` is graded by the default runner of its kind
-(grader/runners.py): a kernel part that names its ``problem`` (grader/problems.py) runs the
-shared correctness or speed runner, a build part ``common.build_part``. So a lab whose kernels
-compute a declared problem adds spec data, not grading code."""
-from __future__ import annotations
+The hooks a lab module offers, by name:
 
-import importlib
-from typing import Callable
+- ``LAB``: the lab's folder name.
+- ``GRADERS``: part id -> ``grade(submission, ctx) -> Outcome``, the lab's own grading functions
+  (read by grader/dispatch.py, the one dispatch). ``submission`` gives the student's functions
+  as attributes (``grading.student(submission, name)``); ``ctx`` (grader/context.py) gives the
+  part's spec, the seed, the device and whether only the public cases run.
+- Tables of calls go through ``grading.grade_cases(fn, [(args, expected), ...], same, label,
+  public)``: the first ``public`` cases are public, the rest hidden. The student edition
+  (grader/edition/) records the public ones at release time by running the function in public
+  mode, so a new CPU question needs no release code when it is graded this way.
+- ``ref_*``: the reference answers. Lecture figure scripts may draw from them; they are never
+  shipped to students (the edition replaces this module by ``GRADERS = table_graders(lab)``).
 
-
-def _graders(lab: str) -> dict:
-    name = f"{__name__}.{lab}"
-    try:
-        mod = importlib.import_module(name)
-    except ModuleNotFoundError as e:
-        if e.name != name:
-            raise
-        return {}                      # a lab made of declared parts only
-    return getattr(mod, "GRADERS", {})
-
-
-def grading_function(lab: str, part) -> Callable:
-    """The lab's own function for ``part``, else the default runner of the part's kind."""
-    fn = _graders(lab).get(part.id)
-    if fn is not None:
-        return fn
-    from .. import runners
-    fn = runners.default_for(part)
-    if fn is None:
-        extra = " (a kernel part must name its problem in params)" if part.kind == "kernel" else ""
-        raise KeyError(f"{lab} has no grading function for part {part.id!r} and no default runner for "
-                       f"its kind {part.kind!r}{extra}")
-    return fn
-
-
-def grade(lab: str, part_id: str, module, ctx):
-    if ctx.part.id != part_id:
-        raise ValueError(f"grade({lab!r}, {part_id!r}) given the context of part {ctx.part.id!r}")
-    return grading_function(lab, ctx.part)(module, ctx)
+This package imports nothing of the grader on its own: the dispatch imports a lab's module when
+a part of that lab is graded."""

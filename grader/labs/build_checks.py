@@ -1,11 +1,11 @@
 """Build parts that check more than the mechanisms in the SASS: the tensor maps of Lab 2's TMA
 kernels and the CUDA source of Lab 3's transposes. They hold no reference answer, so the student
 edition ships this module and its check cells, ``check --public`` and ``compile`` all check these
-parts (grader/release.py)."""
+parts (grader/edition/release.py)."""
 from __future__ import annotations
 
+from .. import grading
 from ..context import Context, Outcome
-from . import common
 
 SWIZZLE_CODES = {0: "none", 1: "32B", 2: "64B", 3: "128B"}   # CUtensorMapSwizzle values
 REQUIRED_SWIZZLE = 3        # Lab 2's build parts require CU_TENSOR_MAP_SWIZZLE_128B
@@ -46,7 +46,7 @@ def swizzle_check(name: str, art) -> tuple[bool, str, dict]:
 
 def tma_build(module, ctx: Context) -> Outcome:
     """Lab 2: compile-only mechanism checks, then the swizzle of every tensor map of the plan."""
-    return common.build_part(module, ctx, swizzle_check)
+    return grading.build_part(module, ctx, swizzle_check)
 
 
 def staged_transpose(name: str, art) -> tuple[bool, str, dict]:
@@ -66,4 +66,4 @@ def staged_transpose(name: str, art) -> tuple[bool, str, dict]:
 def transpose_build(module, ctx: Context) -> Outcome:
     """Lab 3: both transposes compile with their mechanisms, stage the tile in shared memory, and
     the swizzled one computes an XOR (each kernel once)."""
-    return common.build_part(module, ctx, staged_transpose)
+    return grading.build_part(module, ctx, staged_transpose)

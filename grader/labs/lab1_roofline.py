@@ -11,9 +11,8 @@
 from __future__ import annotations
 
 
-from .. import compare, hardware, inputs
+from .. import compare, grading, hardware, inputs
 from ..context import Context, Outcome
-from . import common
 
 LAB = "lab1_roofline"
 
@@ -104,21 +103,21 @@ def _label(args) -> str:
 # ---------------------------------------------------------------- part a
 
 def grade_flops(module, ctx: Context) -> Outcome:
-    fn = common.student(module, "op_flops")
+    fn = grading.student(module, "op_flops")
     cases = [((op,), ref_flops(op)) for op in op_cases(ctx)]
-    return common.grade_cases(fn, cases, common.scalar_match(ctx.part.params["rel_tol"]), _label,
-                              common.public_len(op_cases, ctx))
+    return grading.grade_cases(fn, cases, grading.scalar_match(ctx.part.params["rel_tol"]), _label,
+                              grading.public_len(op_cases, ctx))
 
 
 def grade_bytes(module, ctx: Context) -> Outcome:
-    fn = common.student(module, "op_bytes")
+    fn = grading.student(module, "op_bytes")
     cases = [((op,), ref_bytes(op)) for op in op_cases(ctx)]
-    return common.grade_cases(fn, cases, common.scalar_match(ctx.part.params["rel_tol"]), _label,
-                              common.public_len(op_cases, ctx))
+    return grading.grade_cases(fn, cases, grading.scalar_match(ctx.part.params["rel_tol"]), _label,
+                              grading.public_len(op_cases, ctx))
 
 
 def grade_predict(module, ctx: Context) -> Outcome:
-    fn = common.student(module, "predict")
+    fn = grading.student(module, "predict")
     rel = ctx.part.params["rel_tol"]
     cases = [((op, gpu_dict(g)), ref_predict(op, gpu_dict(g))) for op in op_cases(ctx) for g in ("B200", "H200")]
 
@@ -129,25 +128,25 @@ def grade_predict(module, ctx: Context) -> Outcome:
             return False
         return compare.close_scalar(t, exp[0], rel=rel) and bound == exp[1]
 
-    return common.grade_cases(fn, cases, same, lambda a: f"{a[0]!r} on {a[1]['name']}",
-                              common.public_len(op_cases, ctx, per_case=2))
+    return grading.grade_cases(fn, cases, same, lambda a: f"{a[0]!r} on {a[1]['name']}",
+                              grading.public_len(op_cases, ctx, per_case=2))
 
 
 # ---------------------------------------------------------------- part c
 
 def grade_roofline(module, ctx: Context) -> Outcome:
     p = ctx.part.params
-    fn = common.student(module, p["function"])
+    fn = grading.student(module, p["function"])
     ais = list(PUBLIC_AIS)
     if not ctx.public_only:
         r = inputs.rng(LAB, ctx.part.id, ctx.seed)
         ais += [10 ** r.uniform(-2, 4) for _ in range(p["hidden_cases"])]
     cases = [((gpu_dict(g), ai), ref_attainable(gpu_dict(g), ai)) for ai in ais for g in ("B200", "H200", "H100")]
-    values = common.grade_cases(fn, cases, common.scalar_match(p["rel_tol"]),
+    values = grading.grade_cases(fn, cases, grading.scalar_match(p["rel_tol"]),
                                 lambda a: f"{a[0]['name']} at {a[1]:.4g} FLOP/B", 3 * len(PUBLIC_AIS))
     gpu = gpu_dict("H200")
     points = [{"label": "scale-add", "ai": 1 / 3, "tflops": 1.4}, {"label": "gemm 4096", "ai": 1365.0, "tflops": 700.0}]
-    plot_ok, plot_msg = check_roofline_figure(common.figure(module, p["plot"], gpu, points), gpu, points)
+    plot_ok, plot_msg = check_roofline_figure(grading.figure(module, p["plot"], gpu, points), gpu, points)
     frac = 0.5 * values.fraction + (0.5 if plot_ok else 0.0)
     return Outcome(frac, f"attainable_tflops: {values.message}; plot: {plot_msg}", values.measurements)
 
@@ -168,12 +167,12 @@ def check_roofline_figure(axes: list[dict], gpu: dict, points: list[dict]) -> tu
         if ax.get("xscale") != "log" or ax.get("yscale") != "log":
             problems.append(f"axes are {ax.get('xscale')}-{ax.get('yscale')}, not log-log")
         on_roof = [(x, y) for line in ax.get("lines", []) for x, y in line
-                   if x > 0 and common.near(y, ref_attainable(gpu, x), 0.02)]
+                   if x > 0 and grading.near(y, ref_attainable(gpu, x), 0.02)]
         if not (any(x < ridge / 2 for x, _ in on_roof) and any(x > ridge * 2 for x, _ in on_roof)):
             problems.append(f"no line follows the roofline on both sides of the ridge (AI {ridge:.0f} FLOP/B)")
         drawn = [xy for line in ax.get("lines", []) for xy in line] + ax.get("points", [])
         missing = [pt["label"] for pt in points
-                   if not any(common.near(x, pt["ai"], 0.01) and common.near(y, pt["tflops"], 0.01) for x, y in drawn)]
+                   if not any(grading.near(x, pt["ai"], 0.01) and grading.near(y, pt["tflops"], 0.01) for x, y in drawn)]
         if missing:
             problems.append(f"measured point(s) not drawn: {', '.join(missing)}")
         if not problems:
@@ -185,7 +184,7 @@ GRADERS = {
     "a_flops": grade_flops,
     "a_bytes": grade_bytes,
     "a_predict": grade_predict,
-    # b_build: the default build runner (common.build_part); b_correct and b_speed: problem
+    # b_build: the default build runner (grading.build_part); b_correct and b_speed: problem
     # "scale_add" (grader/problems.py), graded by grader/runners.py
     "c_roofline": grade_roofline,
 }

@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import math
 
-from .. import inputs
+from .. import grading, inputs
 from ..context import Context, Outcome
-from . import build_checks, common
+from . import build_checks
 
 LAB = "lab2_tma"
 BOX_DIM_MAX = 256           # hardware limit on every box dimension, in elements
@@ -106,7 +106,7 @@ def _same_seq(got, exp) -> bool:
 
 # ---------------------------------------------------------------- cases
 
-_hidden = common.hidden_count
+_hidden = grading.hidden_count
 
 
 def box_cases(ctx: Context) -> list[tuple]:
@@ -170,15 +170,15 @@ def ring_cases(ctx: Context) -> list[tuple]:
 # ---------------------------------------------------------------- parts a, b, c
 
 def grade_box(module, ctx: Context) -> Outcome:
-    fn = common.student(module, ctx.part.params["function"])
+    fn = grading.student(module, ctx.part.params["function"])
     cases = [(args, ref_box(*args)) for args in box_cases(ctx)]
-    return common.grade_cases(fn, cases, _same_dict,
+    return grading.grade_cases(fn, cases, _same_dict,
                               lambda a: f"tile={a[0]}, dtype_bytes={a[1]}, swizzle_bytes={a[2]}",
-                              common.public_len(box_cases, ctx))
+                              grading.public_len(box_cases, ctx))
 
 
 def grade_map(module, ctx: Context) -> Outcome:
-    fmap, fcoords = (common.student(module, f) for f in ctx.part.params["functions"])
+    fmap, fcoords = (grading.student(module, f) for f in ctx.part.params["functions"])
 
     def both(shape, b, tile, sw, t):
         return {"tensor_map_3d": fmap(shape, b, tile, sw), "tile_coords_3d": fcoords(t, shape, tile, b, sw)}
@@ -190,25 +190,25 @@ def grade_map(module, ctx: Context) -> Outcome:
     cases = [((shape, b, tile, sw, t), {"tensor_map_3d": ref_map(shape, b, tile, sw),
                                          "tile_coords_3d": ref_coords(t, shape, tile, b, sw)})
              for shape, b, tile, sw, t in map_cases(ctx)]
-    return common.grade_cases(both, cases, same,
+    return grading.grade_cases(both, cases, same,
                               lambda a: f"shape={a[0]}, dtype_bytes={a[1]}, tile={a[2]}, "
                                         f"swizzle_bytes={a[3]}, tile t={a[4]}",
-                              common.public_len(map_cases, ctx))
+                              grading.public_len(map_cases, ctx))
 
 
 def grade_expect_tx(module, ctx: Context) -> Outcome:
-    fn = common.student(module, ctx.part.params["function"])
+    fn = grading.student(module, ctx.part.params["function"])
     cases = [((loads,), ref_expect_tx(loads)) for loads in expect_tx_cases(ctx)]
-    return common.grade_cases(fn, cases, lambda got, exp: _norm(got) == exp, lambda a: f"loads={a[0]}",
-                              common.public_len(expect_tx_cases, ctx))
+    return grading.grade_cases(fn, cases, lambda got, exp: _norm(got) == exp, lambda a: f"loads={a[0]}",
+                              grading.public_len(expect_tx_cases, ctx))
 
 
 def grade_ring(module, ctx: Context) -> Outcome:
-    fn = common.student(module, ctx.part.params["function"])
+    fn = grading.student(module, ctx.part.params["function"])
     cases = [(args, ref_ring(*args)) for args in ring_cases(ctx)]
-    return common.grade_cases(fn, cases, _same_seq,
+    return grading.grade_cases(fn, cases, _same_seq,
                               lambda a: f"stages={a[0]}, iterations={a[1]}, start={a[2]}",
-                              common.public_len(ring_cases, ctx))
+                              grading.public_len(ring_cases, ctx))
 
 
 # ---------------------------------------------------------------- the build parts

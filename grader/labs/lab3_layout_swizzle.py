@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from .. import inputs
+from .. import grading, inputs
 from ..context import Context, Outcome
-from . import build_checks, common
+from . import build_checks
 
 LAB = "lab3_layout_swizzle"
 
@@ -206,7 +206,7 @@ def _label(name):
 # ---------------------------------------------------------------- part a
 
 def grade_index(module, ctx: Context) -> Outcome:
-    fns = {n: common.student(module, n) for n in
+    fns = {n: grading.student(module, n) for n in
            ("offset_row_major", "offset_col_major", "offset_tiled", "offset_swizzled", "offset_mma")}
     r = inputs.rng(LAB, ctx.part.id + "-elements", ctx.seed)
     tiled = _shape_cases(ctx, PUBLIC_TILED, _random_tile)
@@ -252,8 +252,8 @@ def _grade_named(fns: dict, cases: list) -> Outcome:
         right, total = per_fn.get(name, (0, 0))
         per_fn[name] = (right + ok, total + 1)
         if not ok:
-            wrong.append(common.hidden_case(c) if hidden else f"{name}{args!r}: got {got!r}, expected {expected!r}")
-    wrong.sort(key=lambda w: w.startswith(common.HIDDEN_CASE))
+            wrong.append(grading.hidden_case(c) if hidden else f"{name}{args!r}: got {got!r}, expected {expected!r}")
+    wrong.sort(key=lambda w: w.startswith(grading.HIDDEN_CASE))
     n = len(cases)
     good = n - len(wrong)
     msg = f"{good}/{n} elements right (" + ", ".join(f"{k} {a}/{b}" for k, (a, b) in per_fn.items()) + ")"
@@ -273,7 +273,7 @@ def grade_layouts(module, ctx: Context) -> Outcome:
     from tvm.tirx.layout import Layout, tmem_datapath_layout, wg_local_layout
     names = ("layout_row_major", "layout_col_major", "layout_tiled", "layout_swizzled",
              "layout_mma_fragment", "layout_warpgroup_rows", "layout_tmem_accumulator")
-    fns = {n: common.student(module, n) for n in names}
+    fns = {n: grading.student(module, n) for n in names}
     r = inputs.rng(LAB, ctx.part.id + "-elements", ctx.seed)
     checks = []  # (label, student layout, shape, reference layout-or-fn)
     for shape, tile in _shape_cases(ctx, PUBLIC_TILED, _random_tile):
@@ -310,11 +310,11 @@ def grade_layouts(module, ctx: Context) -> Outcome:
             got, exp = evaluate(layout, i, j, shape), expect(i, j)
             if got != exp and first is None:
                 first = (f"{label} at ({i}, {j}): apply gives {got}, expected {exp}" if label in public_labels
-                         else common.hidden_case(total))
+                         else grading.hidden_case(total))
         total += 1
         if first:
             wrong.append(first)
-    wrong.sort(key=lambda w: w.startswith(common.HIDDEN_CASE))
+    wrong.sort(key=lambda w: w.startswith(grading.HIDDEN_CASE))
     good = total - len(wrong)
     msg = f"{good}/{total} layouts right on every element checked"
     if wrong:
@@ -377,7 +377,7 @@ def _random_access(r) -> tuple[list[int], int]:
 
 
 def grade_counter(module, ctx: Context) -> Outcome:
-    fn = common.student(module, "wavefronts")
+    fn = grading.student(module, "wavefronts")
     accesses = list(PUBLIC_ACCESSES)
     if not ctx.public_only:
         r = inputs.rng(LAB, ctx.part.id, ctx.seed)
@@ -389,7 +389,7 @@ def grade_counter(module, ctx: Context) -> Outcome:
         head = ", ".join(str(x) for x in a[:8])
         return f"wavefronts([{head}, ...], width={w})"
 
-    return common.grade_cases(fn, cases, lambda got, exp: _same_int(got, exp), label, len(PUBLIC_ACCESSES))
+    return grading.grade_cases(fn, cases, lambda got, exp: _same_int(got, exp), label, len(PUBLIC_ACCESSES))
 
 
 def _pattern_offsets(r) -> dict:
@@ -408,8 +408,8 @@ def _pattern_offsets(r) -> dict:
 
 
 def grade_patterns(module, ctx: Context) -> Outcome:
-    gens = {n: common.student(module, n) for n in ("addresses_rows", "addresses_column", "addresses_gather")}
-    design = common.student(module, "transpose_smem_offset")
+    gens = {n: grading.student(module, n) for n in ("addresses_rows", "addresses_column", "addresses_gather")}
+    design = grading.student(module, "transpose_smem_offset")
     r = inputs.rng(LAB, ctx.part.id, ctx.seed)
     n_cases = 2 if ctx.public_only else 2 + ctx.part.params["hidden_cases"]
     fixed = [("addresses_rows", (0,)), ("addresses_column", (0, 0)), ("addresses_gather", (0, 0))]
@@ -435,7 +435,7 @@ def grade_patterns(module, ctx: Context) -> Outcome:
         except (TypeError, ValueError):
             same = False
         if not same:
-            wrong.append(common.hidden_case(c) if hidden and not ctx.public_only else
+            wrong.append(grading.hidden_case(c) if hidden and not ctx.public_only else
                          f"{fn_name}(<{lay}>, {', '.join(map(str, args))}): got {got!r}, expected {exp!r}")
         notes.setdefault((lay, fn_name), ref_wavefronts(exp, widths[fn_name]))
     pat_frac = (len(cases) - len(wrong)) / len(cases)
@@ -486,7 +486,7 @@ def check_transpose_layout(offset) -> tuple[bool, str]:
 # ---------------------------------------------------------------- part c
 
 def grade_atom(module, ctx: Context) -> Outcome:
-    fn = common.student(module, "swizzle_chunks")
+    fn = grading.student(module, "swizzle_chunks")
     cases = [((sw,), ref_swizzle_chunks(sw)) for sw in (32, 64, 128)]
 
     def same(got, exp):
@@ -495,8 +495,8 @@ def grade_atom(module, ctx: Context) -> Outcome:
         except (TypeError, ValueError):
             return False
 
-    table = common.grade_cases(fn, cases, same, lambda a: f"swizzle_chunks({a[0]})")
-    img_ok, img_msg = check_swizzle_figure(common.figure(module, "plot_swizzle", 128), 128)
+    table = grading.grade_cases(fn, cases, same, lambda a: f"swizzle_chunks({a[0]})")
+    img_ok, img_msg = check_swizzle_figure(grading.figure(module, "plot_swizzle", 128), 128)
     frac = 0.5 * table.fraction + (0.5 if img_ok else 0.0)
     return Outcome(frac, f"swizzle_chunks: {table.message}; plot: {img_msg}", table.measurements)
 

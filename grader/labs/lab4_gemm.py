@@ -21,9 +21,8 @@ register while a wgmma may still be writing it.
 """
 from __future__ import annotations
 
-from .. import build, compare, inputs, inspect
+from .. import build, compare, grading, inputs, inspect
 from ..context import Context, Outcome
-from . import common
 
 LAB = "lab4_gemm"
 SWIZZLE_CODES = {32: 1, 64: 2, 128: 3}     # the code TIRx's encode_matrix_descriptor takes
@@ -103,8 +102,8 @@ def ref_same_tiles(bx: int, by: int, M: int, N: int, blk_m: int, blk_n: int) -> 
 
 # ---------------------------------------------------------------- comparison helpers
 
-_same = common.same_answer
-_hidden = common.hidden_count
+_same = grading.same_answer
+_hidden = grading.hidden_count
 
 
 # ---------------------------------------------------------------- part a: descriptor and fragment
@@ -125,7 +124,7 @@ def _grade_pair(module, ctx: Context, case_fn, refs: dict, labels: dict, post=No
     """Grade the part's two student functions (``params["functions"]``, in the order of ``refs``)
     on the (kind, args) cases of ``case_fn(ctx)`` (public ones first): ``refs[kind]`` gives the expected answer, ``labels[kind]`` names the
     call in messages, ``post[kind]`` (optional) normalises the student's answer first."""
-    fns = dict(zip(refs, (common.student(module, f) for f in ctx.part.params["functions"])))
+    fns = dict(zip(refs, (grading.student(module, f) for f in ctx.part.params["functions"])))
     post = post or {}
 
     def call(kind, args):
@@ -133,7 +132,7 @@ def _grade_pair(module, ctx: Context, case_fn, refs: dict, labels: dict, post=No
         return post[kind](got) if kind in post else got
 
     graded = [((kind, args), refs[kind](*args)) for kind, args in case_fn(ctx)]
-    return common.grade_cases(call, graded, _same, lambda a: labels[a[0]](*a[1]), common.public_len(case_fn, ctx))
+    return grading.grade_cases(call, graded, _same, lambda a: labels[a[0]](*a[1]), grading.public_len(case_fn, ctx))
 
 
 def grade_desc(module, ctx: Context) -> Outcome:
@@ -201,9 +200,9 @@ def sync_cases(ctx: Context) -> list[list[str]]:
 
 
 def grade_sync(module, ctx: Context) -> Outcome:
-    fn = common.student(module, ctx.part.params["function"])
+    fn = grading.student(module, ctx.part.params["function"])
     cases = [((ops,), ref_first_unsafe(ops)) for ops in sync_cases(ctx)]
-    return common.grade_cases(fn, cases, _same, lambda a: f"ops={a[0]}", common.public_len(sync_cases, ctx))
+    return grading.grade_cases(fn, cases, _same, lambda a: f"ops={a[0]}", grading.public_len(sync_cases, ctx))
 
 
 def phase_cases(ctx: Context) -> list[tuple]:
@@ -290,7 +289,7 @@ def grade_sass(module, ctx: Context) -> Outcome:
     fracs, lines, meas, todo = [], [], {}, []
     for name, shape in zip(p["builders"], p["shapes"]):
         try:
-            builder = common.student(module, name)
+            builder = grading.student(module, name)
             art = build.compile_only(builder(*shape), p["arch"], want_sass=True)
         except build.BuildError as e:
             if _not_implemented(e):
@@ -299,7 +298,7 @@ def grade_sass(module, ctx: Context) -> Outcome:
                 lines.append(f"{name}: not implemented")
                 continue
             fracs.append(0.0)
-            lines.append(f"{name}: does not build: {common.explain_build_error(e)[:700]}")
+            lines.append(f"{name}: does not build: {grading.explain_build_error(e)[:700]}")
             continue
         except Exception as e:  # noqa: BLE001 - a todo() or a parse error in one kernel
             if not _not_implemented(e):
@@ -330,7 +329,7 @@ GRADERS = {
     "s2_phase": grade_phase,
     "s3_grid": grade_grid,
     "sass_hazard": grade_sass,
-    # s1..s4_build_sm90/_sm100: the default build runner (common.build_part);
+    # s1..s4_build_sm90/_sm100: the default build runner (grading.build_part);
     # s1..s4_correct, s3_speed and s4_speed: problem "gemm" (grader/problems.py), graded by
     # grader/runners.py with the builder of the GPU's track
 }

@@ -34,7 +34,7 @@ The kernels: ``hopper_step5(M, N, K)``, ``hopper_step6..9(M, N, K, num_sms)`` (s
 ``blackwell_step5(M, N, K)``, ``blackwell_step6..9(M, N, K, num_sms)`` (sm_100a, tcgen05) ->
 PrimFunc computing D = A @ B.T (the problem ``gemm`` of grader/problems.py), called as
 ``kernel(A, B, D)``. K is a multiple of 64; the Hopper kernels take M and N any multiple of 8, the
-Blackwell ones multiples of 128. Build parts (``common.build_part``) and kernel parts (the
+Blackwell ones multiples of 128. Build parts (``grading.build_part``) and kernel parts (the
 default runners) need no code here. The SASS part compiles the Hopper kernels, persistent ones
 for the arch's reference GPU, and checks them with Lab 4's accumulator-hazard scan.
 """
@@ -42,9 +42,9 @@ from __future__ import annotations
 
 import functools
 
-from .. import hardware, inputs
+from .. import grading, hardware, inputs
 from ..context import Context, Outcome
-from . import common, lab4_gemm
+from . import lab4_gemm
 
 LAB = "lab5_gemm_pipeline"
 
@@ -178,10 +178,10 @@ def ref_stage_counts(cm: int, cn: int, blk_m: int, blk_n: int, blk_k: int, dtype
 
 # ---------------------------------------------------------------- comparison and the cases
 
-_hidden = common.hidden_count
+_hidden = grading.hidden_count
 
 
-_grade_table = common.grade_table
+_grade_table = grading.grade_table
 
 
 # ---------------------------------------------------------------- part a: the ring
@@ -372,6 +372,6 @@ GRADERS = {
     "c_sched": grade_sched,
     "d_cluster": grade_cluster,
     "sass_hazard": grade_sass,
-    # s5..s9_build_sm90/_sm100: common.build_part; s5..s9_correct and the speed parts: problem
+    # s5..s9_build_sm90/_sm100: grading.build_part; s5..s9_correct and the speed parts: problem
     # "gemm" (grader/problems.py), graded by grader/runners.py with the builder of the GPU's track
 }

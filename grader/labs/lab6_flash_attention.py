@@ -46,9 +46,8 @@ import types
 import numpy as np
 import torch
 
-from .. import compare, inputs, problems
+from .. import compare, grading, inputs, problems
 from ..context import Context, Outcome
-from . import common
 
 LAB = "lab6_flash_attention"
 LN2 = math.log(2.0)
@@ -284,7 +283,7 @@ def softmax_cases(ctx: Context) -> list[tuple]:
               _attention_case(rng, 16, 16, 16, True, 16, 8.0, 1000.0),   # logits of about 1000
               _attention_case(rng, 9, 30, 4, False, 7, 8.0, 3.0)]        # a short last key block
     r = inputs.rng(LAB, ctx.part.id, ctx.seed)
-    hidden = common.hidden_count(ctx)
+    hidden = grading.hidden_count(ctx)
     g = np.random.default_rng(r.getrandbits(63))
     for i in range(hidden):
         if i % 4 != 3:
@@ -309,11 +308,11 @@ def grade_softmax(module, ctx: Context) -> Outcome:
     finish; every "head" case against the course's attention reference. A case is right when
     every call of it is."""
     rel, abs_ = float(ctx.part.params["rel_tol"]), float(ctx.part.params["abs_tol"])
-    step = common.student(module, "softmax_step")
-    finish = common.student(module, "softmax_finish")
-    head = common.student(module, "attention_head")
+    step = grading.student(module, "softmax_step")
+    finish = grading.student(module, "softmax_finish")
+    head = grading.student(module, "attention_head")
     cases = softmax_cases(ctx)
-    n_public = common.public_len(softmax_cases, ctx)
+    n_public = grading.public_len(softmax_cases, ctx)
     wrong = []
     for c, (kind, args) in enumerate(cases):
         why = ""
@@ -341,17 +340,17 @@ def grade_softmax(module, ctx: Context) -> Outcome:
                 why = (f"attention_head on case {c} (Sq={len(q)}, Sk={len(k)}, D={len(q[0])}, "
                        f"{'causal' if causal else 'non-causal'}, block_n={block_n}, threshold {threshold:g}): {why}")
         if not ok:
-            wrong.append(why if c < n_public else common.hidden_case(c - n_public))
-    wrong.sort(key=lambda w: w.startswith(common.HIDDEN_CASE))
-    return common.cases_outcome(len(cases), wrong)
+            wrong.append(why if c < n_public else grading.hidden_case(c - n_public))
+    wrong.sort(key=lambda w: w.startswith(grading.HIDDEN_CASE))
+    return grading.cases_outcome(len(cases), wrong)
 
 
 # ---------------------------------------------------------------- parts b to d: tables of calls
 
-_hidden = common.hidden_count
+_hidden = grading.hidden_count
 
 
-_grade_table = common.grade_table
+_grade_table = grading.grade_table
 
 
 # ---------------------------------------------------------------- part b: causal blocks

@@ -239,7 +239,7 @@ def test_without_namespaces_grading_refuses_unless_told_not_to(tmp_path):
 @pytest.mark.slow
 def test_as_an_ordinary_user_the_child_is_jailed_in_a_user_namespace(tmp_path):
     """Graded by an ordinary user: the child still sees only the allow-list (it once rewrote
-    grader/labs/common.py and ~/.bashrc of that user)."""
+    grader/grading.py and ~/.bashrc of that user)."""
     import pwd
     try:
         nobody = pwd.getpwnam("nobody")

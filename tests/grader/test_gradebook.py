@@ -11,7 +11,8 @@ import sys
 
 import pytest
 
-from grader import batch, gradebook, report, spec
+from grader import report, spec
+from grader.classroom import batch, gradebook
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 LAB = "lab1_roofline"

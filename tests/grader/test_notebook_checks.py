@@ -212,14 +212,14 @@ FAKE_H200 = hardware.Device(True, "NVIDIA H200", hardware.SPECS["H200"], "row H2
 
 
 def test_a_speed_part_below_full_credit_is_measured_again_like_the_grader(monkeypatch):
-    from grader import labs, run
-    from grader.labs import common
+    from grader import dispatch, run
+    from grader import grading
     ratios = iter([0.5, 0.8, 0.7, 0.9])
 
     def timed(module, ctx):
-        return common.perf_outcome(ctx, next(ratios), {}, "fake timing")
+        return grading.perf_outcome(ctx, next(ratios), {}, "fake timing")
     monkeypatch.setattr(notebook, "_device", lambda: FAKE_H200)
-    monkeypatch.setattr(labs, "grading_function", lambda lab, part: timed)
+    monkeypatch.setattr(dispatch, "grading_function", lambda lab, part: timed)
     with pytest.raises(notebook.CheckFailed) as info:
         notebook.check(LAB, "b_speed", {})
     assert run.PERF_TRIALS == 3 and next(ratios) == 0.9                  # three trials, as the grader
@@ -229,13 +229,13 @@ def test_a_speed_part_below_full_credit_is_measured_again_like_the_grader(monkey
 
 
 def test_a_kernel_that_hangs_says_to_restart_the_kernel(monkeypatch):
-    from grader import labs, timing
+    from grader import dispatch, timing
 
     def hangs(module, ctx):
         assert timing.HANG_S == 20.0                                      # the part's hang_s, as the harness sets
         raise timing.KernelHang("the GPU work did not finish within 20 s")
     monkeypatch.setattr(notebook, "_device", lambda: FAKE_H200)
-    monkeypatch.setattr(labs, "grading_function", lambda lab, part: hangs)
+    monkeypatch.setattr(dispatch, "grading_function", lambda lab, part: hangs)
     before = timing.HANG_S
     with pytest.raises(notebook.CheckFailed) as info:
         notebook.check("lab2_tma", "d_correct", {})

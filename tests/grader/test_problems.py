@@ -9,9 +9,9 @@ import types
 import pytest
 import torch
 
-from grader import compare, hardware, inputs, labs, problems, runners, spec
+from grader import compare, dispatch, hardware, inputs, problems, runners, spec
 from grader.context import Context, Outcome
-from grader.labs import common
+from grader import grading
 
 ATT = problems.ATTENTION
 U16 = 2.0 ** -11
@@ -247,7 +247,7 @@ def test_gemm_reference_tolerance_and_work():
     assert not compare.compare(bad, ref, tol).ok
     transposed = (ins["A"].float() @ ins["B"].float().T).half()[:, list(range(1, 256)) + [0]]
     assert not compare.compare(transposed, ref, tol).ok
-    assert g.work(s) == common.Work(bytes=2 * (128 * 4096 + 256 * 4096 + 128 * 256), flops=2 * 128 * 256 * 4096)
+    assert g.work(s) == grading.Work(bytes=2 * (128 * 4096 + 256 * 4096 + 128 * 256), flops=2 * 128 * 256 * 4096)
 
 
 # ---------------------------------------------------------------- declarations
@@ -312,8 +312,8 @@ FAKE_B200 = hardware.Device(True, "NVIDIA B200 (fake)", hardware.SPECS["B200"], 
 
 
 def fake_timed_ratio(ratios, log):
-    """Stands in for common.timed_ratio: calls each function a few times (as the timing loop
-    would), then grades the scripted ratio through common.perf_outcome."""
+    """Stands in for grading.timed_ratio: calls each function a few times (as the timing loop
+    would), then grades the scripted ratio through grading.perf_outcome."""
     it = iter(ratios)
 
     def timed_ratio(ctx, kernel, kernel_work, baseline_name, baseline, baseline_work, metric,
@@ -330,7 +330,7 @@ def fake_timed_ratio(ratios, log):
         unit = "TB/s" if metric == "bandwidth" else "TFLOP/s"
         meas = dict(measurements or {}, **{f"kernel_{unit}": 2.0 * r, f"{baseline_name}_{unit}": 2.0})
         meas.update({f"{x}_{unit}": 1.0 for x in (extras or {})})
-        return common.perf_outcome(ctx, r, meas, "fake timing")
+        return grading.perf_outcome(ctx, r, meas, "fake timing")
     return timed_ratio
 
 
@@ -564,7 +564,7 @@ def test_every_kernel_part_is_declared_data(lab, part):
     prob = problems.get(part.params["problem"])
     for raw in part.params.get("public_shapes", []) + part.params.get("shapes", []):
         prob.shape(raw)
-    fn = labs.grading_function(lab, part)
+    fn = dispatch.grading_function(lab, part)
     assert fn is runners.kernel_part, f"{lab}.{part.id} is graded by {fn}, not the default runner"
     if part.thresholds:
         assert "shapes" in part.params
@@ -575,19 +575,19 @@ def test_every_kernel_part_is_declared_data(lab, part):
 def test_grade_falls_back_to_the_default_runner(monkeypatch):
     monkeypatch.setattr(runners, "default_env", lambda: cpu_env())
     ctx = context("lab1_roofline", "b_correct", public_only=True)
-    out = labs.grade("lab1_roofline", "b_correct", module(build_scale_add=scale_add_kernel), ctx)
+    out = dispatch.grade("lab1_roofline", "b_correct", module(build_scale_add=scale_add_kernel), ctx)
     assert out.fraction == 1.0 and "3/3 shapes correct" in out.message
 
 
 def test_a_part_without_a_grading_function_or_a_problem_is_an_error():
     part = dataclasses.replace(spec.load("lab1_roofline").part("b_correct"), id="z_new", params={"builder": "b"})
     with pytest.raises(KeyError, match="must name its problem"):
-        labs.grading_function("lab1_roofline", part)
+        dispatch.grading_function("lab1_roofline", part)
     part = dataclasses.replace(part, kind="function")
     with pytest.raises(KeyError, match="no default runner"):
-        labs.grading_function("lab1_roofline", part)
+        dispatch.grading_function("lab1_roofline", part)
     # a lab with no module of its own (data only) still resolves its declared parts
-    assert labs.grading_function("lab9_future", spec.load("lab1_roofline").part("b_speed")) is runners.kernel_part
+    assert dispatch.grading_function("lab9_future", spec.load("lab1_roofline").part("b_speed")) is runners.kernel_part
 
 
 def test_persistent_builders_get_the_sm_count_read_from_the_device():

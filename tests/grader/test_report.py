@@ -110,6 +110,6 @@ def test_reports_are_written_as_new_files(tmp_path):
 
 
 def test_an_answer_of_the_wrong_kind_is_named():
-    from grader.labs import common
-    out = common.grade_cases(lambda x: "12", [((3,), 12)], lambda g, e: g == e, lambda a: f"f({a[0]})")
+    from grader import grading
+    out = grading.grade_cases(lambda x: "12", [((3,), 12)], lambda g, e: g == e, lambda a: f"f({a[0]})")
     assert out.fraction == 0 and "returned a string where a number is expected" in out.message

@@ -11,7 +11,7 @@ import types
 
 import pytest
 
-from grader import batch, slurm
+from grader.classroom import batch, slurm
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 LAB = "lab1_roofline"
@@ -46,7 +46,7 @@ def test_config_file_and_options(tmp_path, monkeypatch):
     for line in ("#SBATCH --array=0-4%3", "#SBATCH --gres=gpu:1", "#SBATCH --time=17",
                  "#SBATCH --account=course42", "#SBATCH --partition=debug", "#SBATCH --constraint=h200",
                  "#SBATCH --output=/r/run/task-%a.out", "module load cuda",
-                 "-m grader.slurm task /r/run/manifest.json"):
+                 "-m grader.classroom.slurm task /r/run/manifest.json"):
         assert line in text, line
     assert "--cpus-per-task" not in text                          # Slurm's default unless asked
     cfg_path.write_text('acount = "typo"\n')

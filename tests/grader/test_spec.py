@@ -2,7 +2,7 @@ import importlib
 
 import pytest
 
-from grader import labs, hardware, inspect, spec
+from grader import dispatch, hardware, inspect, spec
 
 LABS = spec.lab_names()
 
@@ -16,7 +16,7 @@ def test_spec_loads_and_every_part_has_a_grading_function(lab):
     s = spec.load(lab)
     graders = importlib.import_module(f"grader.labs.{lab}").GRADERS
     for p in s.parts:
-        labs.grading_function(lab, p)        # KeyError when a part has neither its own nor a default runner
+        dispatch.grading_function(lab, p)        # KeyError when a part has neither its own nor a default runner
     assert set(graders) <= {p.id for p in s.parts}
     assert s.max_points > 0
 

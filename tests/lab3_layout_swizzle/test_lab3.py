@@ -10,7 +10,7 @@ import pytest
 
 from conftest import import_notebook
 
-from grader import hardware, inputs, labs, report, run, spec
+from grader import dispatch, hardware, inputs, report, run, spec
 from grader.context import Context
 from grader.labs import lab3_layout_swizzle as lab
 
@@ -81,7 +81,7 @@ def grade_here(nb_path, part, tmp_path, seed=12345):
     module = import_notebook(nb_path, tmp_path / name, name)
     lab_spec = spec.load(LAB)
     ctx = Context(lab_spec, lab_spec.part(part), seed, hardware.detect())
-    return labs.grade(LAB, part, module, ctx)
+    return dispatch.grade(LAB, part, module, ctx)
 
 
 def test_off_by_one_swizzle_loses_credit(root, edit, tmp_path):

@@ -11,7 +11,7 @@ from conftest import grade_with_builders
 from published_kernels import book_gemm, tirx_gemm
 
 from grader import build, report, spec
-from grader.labs import common
+from grader import grading
 from tvm.script import tirx as T
 
 LAB = "lab4_gemm"
@@ -93,6 +93,6 @@ def test_the_childs_message_alone_still_names_the_call():
     """In grading the child reports the error's text without its traceback."""
     e = build.BuildError("hopper_step1(128, 128, 64) for sm_90a: AttributeError: "
                          "'BufferLoad' object has no attribute 'dtype'")
-    msg = common.explain_build_error(e)
+    msg = grading.explain_build_error(e)
     assert msg.startswith(str(e)) and "the error apache-tvm 0.26 gives for T.ptx.wgmma.noop_barrier(reg)" in msg
-    assert common.explain_build_error(build.BuildError("ptxas failed")) == "ptxas failed"
+    assert grading.explain_build_error(build.BuildError("ptxas failed")) == "ptxas failed"

@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 from conftest import grade_in_process, import_notebook
 
-from grader import inputs, labs, problems, release, report, spec
+from grader import dispatch, inputs, problems, report, spec
+from grader.edition import release
 from grader.context import Context
 from grader.labs import lab6_flash_attention as L
 
@@ -245,7 +246,7 @@ def reference(root, tmp_path_factory):
 
 def _grade(module, part_id, seed=inputs.PUBLIC_SEED, public_only=False):
     ctx = _ctx(part_id, seed, public_only)
-    return ctx.to_result(labs.grade(LAB, part_id, module, ctx))
+    return ctx.to_result(dispatch.grade(LAB, part_id, module, ctx))
 
 
 @pytest.mark.parametrize("seed", [1])

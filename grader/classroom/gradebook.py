@@ -34,7 +34,8 @@ import sys
 import warnings
 from typing import Any
 
-from . import batch, report, spec
+from .. import report, spec
+from . import batch
 
 REPO_ROOT = batch.REPO_ROOT
 

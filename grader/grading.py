@@ -1,4 +1,6 @@
-"""Helpers shared by the labs' grading functions."""
+"""The toolkit of grading functions (the labs' own, the default runners of grader/runners.py, grader/problems.py):
+the student's function by name, tables of calls graded case by case (public and hidden), build
+parts, timed ratios against a same-run baseline, figures, and the end of student code."""
 from __future__ import annotations
 
 import dataclasses
@@ -7,8 +9,8 @@ import os
 import re
 from typing import Any, Callable
 
-from .. import build, compare, hardware, inspect, timing
-from ..context import Context, Outcome
+from . import build, compare, hardware, inspect, timing
+from .context import Context, Outcome
 
 
 def student(module, name: str) -> Callable:
@@ -311,7 +313,7 @@ def figure(module, name: str, *args) -> list[dict]:
         return fn.figure(*args)
     import tempfile
 
-    from ..child import draw
+    from .child import draw
     with tempfile.TemporaryDirectory() as d:
         return draw(fn, list(args), os.path.join(d, "figure.png"))
 

@@ -38,12 +38,12 @@ from nbgrader import utils
 from nbgrader.preprocessors import NbGraderPreprocessor
 from traitlets import Integer, Unicode
 
-from . import sandbox
+from .. import sandbox
 
 SECRET_ENV = "GRADER_SECRET_SEED"
 GRADE_PREFIX = "test_"
 # The folder holding the ``grader`` package: the grader subprocess runs from it and imports it.
-PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PACKAGE_ROOT = sandbox.REPO_ROOT
 HEADER = ("Autograded by the course's grader (python -m grader check) from the saved notebook; "
           "no cell of the notebook was run.")
 

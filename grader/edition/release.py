@@ -1,356 +1,24 @@
-"""The student edition of the course: ``python -m grader release DIR``.
-
-The edition is a repository for a class's students: ``assignments/``, ``lectures/``, a README for
-students, ``pyproject.toml``/``environment.yml``, and a grader that runs the public checks (the
-notebooks' ``check(lab, part, globals())``, ``python -m grader check --public``, ``python -m
-grader compile``). It holds no solutions: no ``solutions/``, no reference notebooks, no
-``reports/``, and none of ``grader/labs/<lab>.py`` (their ``ref_*`` answers and hidden-case
-generators). In their place:
-
-- ``grader/public/<lab>.json``, the public cases of every CPU part as (arguments, expected
-  answer). They are recorded at release time by running the lab's own grading function, in
-  public mode, on a stand-in submission that records what it is asked, so they are exactly the
-  grader's public cases. Two parts whose grading functions do more than call the submission on
-  tables (lab 3's layouts and address patterns) are recorded by hand below, from the lab's own
-  case generators, leaving out the tile layout that answers ``transpose_smem_offset``. The
-  reference solution is graded against every table before anything is written;
-- ``grader/labs/<lab>.py``, three lines: ``GRADERS = table_graders("<lab>")``. A recorded part is
-  graded from its table, with the comparison its lab uses; a part graded by code the edition
-  ships (a default runner of grader/runners.py, which grader/labs falls back to, or a function
-  of another shipped module) is graded by that code; any other part answers "checked by the
-  course grader (not in the student edition)".
-
-Lecture figures that are drawn from the references (a ``figures.py`` importing ``grader.labs``)
-are shipped drawn, without their script. A few shared files are copied with small edits
-(``PATCHES``): ``check``/``compile`` default to the notebooks in ``assignments/``. (A check cell
-reports a part the edition cannot check as skipped, as it reports any skipped part.) Before it
-finishes, the release scans the edition for solution lines and reference code and removes it if
-it finds any.
-
-This file has two sides. Everything above the cut line (the table format and the grading from
-tables) is shipped as the edition's ``grader/release.py``; everything below it (recording the
-tables, writing the edition) stays with the instructors.
-"""
+"""Writing the student edition (``python -m grader release DIR``; see grader/edition/__init__.py):
+recording the public tables from the labs' own grading functions, checking the reference
+against them, copying what students get, and scanning the result for solution lines. Stays
+with the instructors: the edition ships grader/edition/tables.py alone."""
 from __future__ import annotations
 
-import functools
+import contextlib
 import importlib
 import json
 import os
+import re
+import shutil
+import subprocess
 import sys
+import tempfile
 
-from . import compare, spec
+from .. import sandbox, spec
+from .tables import TableOffset, encode, grade_from_table
 
-TABLES_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "public")
-COURSE_GRADER_ONLY = "checked by the course grader (not in the student edition)"
-PUBLIC_NOTE = "public cases; the course grader adds hidden ones"
-_TUPLE, _OFFSET = "__tuple__", "__offset__"
 
-
-# ---------------------------------------------------------------- the tables (JSON)
-
-def encode(x):
-    """A JSON-able form of a case's arguments or answer; tuples stay tuples through decode()."""
-    if isinstance(x, TableOffset):
-        return {_OFFSET: x.name}
-    if isinstance(x, tuple):
-        return {_TUPLE: [encode(v) for v in x]}
-    if isinstance(x, list):
-        return [encode(v) for v in x]
-    if isinstance(x, dict):
-        if not all(isinstance(k, str) for k in x) or _TUPLE in x or _OFFSET in x:
-            raise TypeError(f"cannot record a dictionary with keys {list(x)!r}")
-        return {k: encode(v) for k, v in x.items()}
-    if x is None or isinstance(x, (bool, int, float, str)):
-        return x
-    if hasattr(x, "__index__"):
-        return int(x.__index__())
-    raise TypeError(f"cannot record an object of type {type(x).__name__}")
-
-
-def decode(x, offsets: dict | None = None):
-    if isinstance(x, list):
-        return [decode(v, offsets) for v in x]
-    if isinstance(x, dict):
-        if _TUPLE in x:
-            return tuple(decode(v, offsets) for v in x[_TUPLE])
-        if _OFFSET in x:
-            o = (offsets or {})[x[_OFFSET]]
-            return TableOffset(x[_OFFSET], o["shape"], o["values"])
-        return {k: decode(v, offsets) for k, v in x.items()}
-    return x
-
-
-try:   # the grader's table of a function of (i, j), which can cross to a sandboxed submission
-    from .remote import Table2D as _TableBase
-except ImportError:  # pragma: no cover - a grader without one
-    _TableBase = object
-
-
-class TableOffset(_TableBase):
-    """An offset function ``offset(r, c)`` of a tile, given by its values in row-major order (the
-    layouts lab 3's address-pattern functions are called with)."""
-
-    def __init__(self, name: str, shape, values):
-        self.name, self.shape, self.values = name, tuple(shape), list(values)
-        cols = self.shape[1]
-        self.table = [self.values[r * cols:(r + 1) * cols] for r in range(self.shape[0])]
-
-    def __call__(self, r, c):
-        return self.values[int(r) * self.shape[1] + int(c)]
-
-    def __repr__(self) -> str:
-        return f"<offset: {self.name}>"
-
-
-@functools.lru_cache(maxsize=None)
-def load_table(lab: str) -> dict:
-    with open(os.path.join(TABLES_DIR, f"{lab}.json")) as f:
-        return json.load(f)
-
-
-# ---------------------------------------------------------------- comparisons (as the labs make them)
-
-_norm = compare.normalize
-
-
-def _same(got, exp, how) -> bool:
-    if isinstance(exp, (list, tuple)) and not isinstance(got, (list, tuple, dict, str)) and hasattr(got, "__iter__"):
-        got = list(got)
-    try:
-        return _norm(got) == _norm(exp)
-    except Exception:  # noqa: BLE001 - an odd answer is a wrong answer
-        return False
-
-
-def _sorted_values(x):
-    """The order of the entries of a dictionary's lists does not matter."""
-    if isinstance(x, dict):
-        return {k: sorted(_norm(v)) if isinstance(v, (list, tuple, set)) else v for k, v in x.items()}
-    return x
-
-
-def _same_sorted(got, exp, how) -> bool:
-    try:
-        return _same(_sorted_values(got), _sorted_values(exp), how)
-    except Exception:  # noqa: BLE001
-        return False
-
-
-def _close(got, exp, how) -> bool:
-    from .compare import close_scalar
-    return close_scalar(got, exp, rel=how["rel"])
-
-
-def _time_bound(got, exp, how) -> bool:
-    from .compare import close_scalar
-    try:
-        t, bound = got
-    except (TypeError, ValueError):
-        return False
-    return close_scalar(t, exp[0], rel=how["rel"]) and bound == exp[1]
-
-
-def _same_int(got, exp, how) -> bool:
-    try:
-        return int(got) == exp and float(got) == float(exp)
-    except (TypeError, ValueError):
-        return False
-
-
-def _int_rows(got, exp, how) -> bool:
-    try:
-        return [[int(x) for x in row] for row in got] == exp
-    except (TypeError, ValueError):
-        return False
-
-
-def _evaluate(layout, r: int, c: int, shape) -> dict:
-    """A TIRx layout at logical (r, c) of ``shape``: {axis: value}, zero entries dropped."""
-    return {str(k): int(v) for k, v in layout.apply(r, c, shape=list(shape)).items() if int(v) != 0}
-
-
-def _layout(got, exp, how):
-    """``got`` must be a TIRx layout that gives the recorded values at the recorded elements."""
-    from tvm.tirx.layout import Layout
-    if not (isinstance(got, Layout) or getattr(got, "is_layout", False)):   # here, or in a sandbox
-        return False, f"returned {type(got).__name__}, not a TileLayout/ComposeLayout"
-    for i, j, want in exp["points"]:
-        have = _evaluate(got, i, j, exp["shape"])
-        if have != want:
-            return False, f"at ({i}, {j}) apply gives {have}, expected {want}"
-    return True, ""
-
-
-def _allclose(got, exp, how):
-    from .compare import close_arrays
-    return close_arrays(got, exp, how["rel"], how["abs"])
-
-
-COMPARE = {"same": _same, "same_sorted": _same_sorted, "close": _close, "time_bound": _time_bound,
-           "int": _same_int, "int_rows": _int_rows, "layout": _layout, "allclose": _allclose}
-
-
-def _short(x, limit: int = 90) -> str:
-    text = repr(x)
-    return text if len(text) <= limit else text[:limit - 5] + " ...]"
-
-
-# ---------------------------------------------------------------- what a part checks besides its cases
-
-def _figure(module, extra: dict, offsets: dict) -> tuple[bool, str]:
-    """The plotting function draws something; what it draws is the course grader's business."""
-    from .labs import common
-    args = decode(extra["args"], offsets)
-    if hasattr(common, "figure"):
-        axes = common.figure(module, extra["fn"], *args)
-        drawn = any(ax.get("lines") or ax.get("points") or ax.get("images") for ax in axes)
-        msg = f"{extra['fn']} drew a figure" if drawn else f"{extra['fn']} saved no figure (or an empty one)"
-    else:  # an older grader: a readable, non-blank PNG
-        plot = common.student(module, extra["fn"])
-        drawn, msg = common.plotted_png(lambda path: plot(*args, path), extra["fn"])
-    return drawn, msg + "; its content is checked by the course grader"
-
-
-def _chunked_bijection(module, extra: dict, offsets: dict) -> tuple[bool, str]:
-    """An offset function of a tile that is a bijection onto the tile and keeps every chunk of
-    ``chunk`` elements whole and aligned (what lab 3's transpose kernel needs to store 16 bytes
-    at a time). Its bank conflicts are checked by the course grader."""
-    from .labs import common
-    offset = common.student(module, extra["fn"])
-    (rows, cols), chunk = extra["shape"], extra["chunk"]
-    n, seen, name = rows * cols, set(), extra["fn"]
-    note = "; its bank conflicts are checked by the course grader"
-    for i in range(rows):
-        for j in range(cols):
-            o = offset(i, j)
-            try:
-                o = int(o)
-            except (TypeError, ValueError):
-                return False, f"{name}({i}, {j}) returned {o!r}, not an int"
-            if not 0 <= o < n:
-                return False, f"{name}({i}, {j}) = {o} lies outside the tile [0, {n})"
-            seen.add(o)
-            if j % chunk and o != int(offset(i, j - j % chunk)) + j % chunk:
-                return False, f"{name}: the chunk of ({i}, {j - j % chunk}) is not kept whole ({name}({i}, {j}) = {o})"
-            if j % chunk == 0 and o % chunk:
-                return False, f"{name}({i}, {j}) = {o} does not start a chunk (not a multiple of {chunk})"
-    if len(seen) != n:
-        return False, f"{name}: two elements share an offset ({n - len(seen)} offsets unused)"
-    return True, f"{name} is a bijection with whole, aligned chunks" + note
-
-
-EXTRAS = {"figure": _figure, "chunked_bijection": _chunked_bijection}
-
-
-# ---------------------------------------------------------------- grading a part
-
-def grade_from_table(entry: dict, module, ctx):
-    """Grade a part from its recorded public cases: the share of cases answered right, and half
-    of the points for the part's other checks when it has some (a figure, a layout's shape)."""
-    from .context import Outcome
-    from .labs import common
-    offsets = entry.get("offsets", {})
-    total = right = 0
-    wrong, per_fn = [], []
-    for chk in entry["checks"]:
-        fn = common.student(module, chk["fn"])
-        how = chk["compare"]
-        same = COMPARE[how["kind"]]
-        good = 0
-        cases = decode(chk["cases"], offsets)
-        for args, expected in cases:
-            got = fn(*args)
-            verdict = same(got, expected, how)
-            ok, detail = verdict if isinstance(verdict, tuple) else (verdict, "")
-            good += bool(ok)
-            if not ok:
-                call = f"{chk['fn']}({', '.join(_short(a) for a in args)})"
-                wrong.append(f"{call}: {detail}" if detail else f"{call}: got {_short(got, 300)}, "
-                                                                  f"expected {_short(expected, 300)}")
-        total += len(cases)
-        right += good
-        per_fn.append(f"{chk['fn']} {good}/{len(cases)}")
-    frac = right / total if total else 1.0
-    msg = f"{right}/{total} {PUBLIC_NOTE}"
-    if len(per_fn) > 1:
-        msg += " (" + ", ".join(per_fn) + ")"
-    if wrong:
-        msg += "; first wrong: " + wrong[0] + (f" (and {len(wrong) - 1} more)" if len(wrong) > 1 else "")
-    extras = [EXTRAS[e["kind"]](module, e, offsets) for e in entry.get("extras", [])]
-    if extras:
-        frac = 0.5 * frac + 0.5 * sum(ok for ok, _ in extras) / len(extras)
-        msg += " | " + " | ".join(m for _, m in extras)
-    if entry.get("note"):
-        msg += " | " + entry["note"]
-    return Outcome(frac, msg, {"cases": total, "right": right})
-
-
-def course_grader_only(module, ctx):
-    from .context import Outcome
-    from .report import SKIPPED
-    return Outcome(0.0, COURSE_GRADER_ONLY, verdict=SKIPPED)
-
-
-def _shipped(target: str):
-    module_name, _, qualname = target.partition(":")
-
-    def grade(module, ctx):
-        fn = importlib.import_module(module_name)
-        for attr in qualname.split("."):
-            fn = getattr(fn, attr)
-        return fn(module, ctx)
-    return grade
-
-
-def table_graders(lab: str) -> dict:
-    """``GRADERS`` of a lab in the student edition (see the module's docstring). A part graded by
-    the default runner of its kind is left out: grader/labs falls back to that runner."""
-    table = load_table(lab)
-    graders = {}
-    for part in spec.load(lab).parts:
-        if part.id in table["parts"]:
-            graders[part.id] = functools.partial(grade_from_table, table["parts"][part.id])
-        elif part.id in table.get("shipped", {}):
-            graders[part.id] = _shipped(table["shipped"][part.id])
-        elif part.id not in table.get("default_runner", []):
-            graders[part.id] = course_grader_only
-    return graders
-
-
-# ---------------------------------------------------------------- the command
-
-def register(subparsers) -> None:
-    """Add ``release`` to ``python -m grader``."""
-    p = subparsers.add_parser("release", help="write the student edition (no solutions, public cases only) to DIR")
-    p.add_argument("dest", metavar="DIR", help="a new or empty folder (or an earlier edition, with --force)")
-    p.add_argument("--force", action="store_true", help="replace DIR when it holds an earlier student edition")
-    p.set_defaults(func=_cmd_release)
-
-
-def _cmd_release(args) -> int:
-    build = globals().get("build_release")
-    if build is None:
-        print("error: this is the student edition; it has no solutions to release from", file=sys.stderr)
-        return 2
-    try:
-        build(args.dest, force=args.force)
-    except globals()["ReleaseError"] as e:     # defined on the instructors' side, with build_release
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    return 0
-
-
-# ======== instructor side: not shipped (the edition's grader/release.py ends above this line) ========
-
-import contextlib  # noqa: E402
-import re  # noqa: E402
-import shutil  # noqa: E402
-import subprocess  # noqa: E402
-import tempfile  # noqa: E402
-
-CUT = "# ======== instructor side: not shipped (the edition's grader/release.py ends above this line) ========"
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO_ROOT = sandbox.REPO_ROOT
 SOLUTIONS = os.path.join(REPO_ROOT, "solutions")
 MARKER = ".student-edition"
 
@@ -453,8 +121,8 @@ def _patched(patches):
 
 
 def _public_context(lab_spec, part):
-    from . import hardware, inputs
-    from .context import Context
+    from .. import hardware, inputs
+    from ..context import Context
     device = hardware.Device(False, "", None, "", "recording the public cases")
     return Context(lab_spec, part, inputs.PUBLIC_SEED, device, public_only=True)
 
@@ -462,7 +130,7 @@ def _public_context(lab_spec, part):
 def _comparison(lab: str, part, fn: str) -> dict:
     rules = COMPARISONS.get(lab)
     if rules is None:
-        raise ReleaseError(f"{lab}: say how its answers are compared in COMPARISONS (grader/release.py)")
+        raise ReleaseError(f"{lab}: say how its answers are compared in COMPARISONS (grader/edition/release.py)")
     kind = rules.get(fn, rules["*"])
     how = {"kind": kind}
     if kind in ("close", "time_bound", "allclose"):
@@ -474,9 +142,9 @@ def _comparison(lab: str, part, fn: str) -> dict:
 
 def _capture(lab_module, lab: str, part, ctx) -> dict:
     """Run the part's grading function in public mode on a stand-in submission, with the labs'
-    case helpers (common.grade_cases, a lab's _grade_named, common.figure) replaced by recorders."""
-    from .context import Outcome
-    from .labs import common
+    case helpers (grading.grade_cases, a lab's _grade_named, grading.figure) replaced by recorders."""
+    from ..context import Outcome
+    from .. import grading
     standin = _StandIn()
     cases: dict[str, list] = {}
     extras: list[dict] = []
@@ -515,8 +183,8 @@ def _capture(lab_module, lab: str, part, ctx) -> dict:
         extras.append({"kind": "figure", "fn": calls[0][0], "args": encode(list(calls[0][1][:-1]))})
         return True, "recorded"
 
-    patches = [(common, "grade_cases", grade_cases)]
-    patches += [(common, n, f) for n, f in (("figure", figure), ("plotted_png", plotted_png)) if hasattr(common, n)]
+    patches = [(grading, "grade_cases", grade_cases)]
+    patches += [(grading, n, f) for n, f in (("figure", figure), ("plotted_png", plotted_png)) if hasattr(grading, n)]
     if hasattr(lab_module, "_grade_named"):
         patches.append((lab_module, "_grade_named", grade_named))
     with _patched(patches):
@@ -537,7 +205,7 @@ def _lab3_layouts(L, lab, part, ctx) -> dict:
     """Lab 3 a_layouts: each layout function's answer, evaluated at the grader's elements."""
     from tvm.tirx.layout import tmem_datapath_layout, wg_local_layout
 
-    from . import inputs
+    from .. import inputs
     r = inputs.rng(L.LAB, ctx.part.id + "-elements", ctx.seed)
     checks = []   # (function, args, shape, expect(i, j))
     for shape, tile in L._shape_cases(ctx, L.PUBLIC_TILED, L._random_tile):
@@ -569,7 +237,7 @@ def _lab3_layouts(L, lab, part, ctx) -> dict:
 def _lab3_patterns(L, lab, part, ctx) -> dict:
     """Lab 3 b_patterns: the address lists on the grader's public layouts, except the transpose
     layout (the answer of transpose_smem_offset), and the shape of transpose_smem_offset."""
-    from . import inputs
+    from .. import inputs
     r = inputs.rng(L.LAB, ctx.part.id, ctx.seed)
     fixed = [("addresses_rows", (0,)), ("addresses_column", (0, 0)), ("addresses_gather", (0, 0))]
     refs = {"addresses_rows": L.ref_addresses_rows, "addresses_column": L.ref_addresses_column,
@@ -633,13 +301,13 @@ RECORDERS = {("lab3_layout_swizzle", "a_layouts"): _lab3_layouts,
 
 
 def _lab_modules() -> set[str]:
-    return {f"{__package__}.labs.{lab}" for lab in spec.lab_names()}
+    return {f"grader.labs.{lab}" for lab in spec.lab_names()}
 
 
 def _shipped_target(fn) -> str | None:
     """``module:qualname`` of a grading function that the edition ships, else None."""
     mod, qual = getattr(fn, "__module__", None), getattr(fn, "__qualname__", "")
-    if (not mod or not mod.startswith(f"{__package__}.") or mod in _lab_modules() or mod == __name__
+    if (not mod or not mod.startswith("grader.") or mod in _lab_modules() or mod == __name__
             or "<" in qual):
         return None
     return f"{mod}:{qual}"
@@ -647,7 +315,7 @@ def _shipped_target(fn) -> str | None:
 
 def record_lab(lab: str, progress=print) -> dict:
     """The public table of a lab: recorded CPU parts, shipped grading functions, the rest."""
-    lab_module = importlib.import_module(f"{__package__}.labs.{lab}")
+    lab_module = importlib.import_module(f"grader.labs.{lab}")
     lab_spec = spec.load(lab)
     own = getattr(lab_module, "GRADERS", {})
     table = {"lab": lab, "format": 1, "parts": {}, "shipped": {}, "default_runner": [], "course_grader_only": [],
@@ -682,13 +350,11 @@ def record_lab(lab: str, progress=print) -> dict:
 
 
 def _has_default_runner(lab: str, part) -> bool:
-    """Graded by the default runner of its kind (grader/runners.py, shipped), as grader/labs
+    """Graded by the default runner of its kind (grader/runners.py, shipped), as grader/dispatch.py
     falls back to for a part its lab module leaves out."""
-    from . import labs
-    if not hasattr(labs, "grading_function"):
-        return False
+    from .. import dispatch
     try:
-        labs.grading_function(lab, part)
+        dispatch.grading_function(lab, part)
     except KeyError:
         return False
     return True
@@ -699,7 +365,7 @@ def _import_notebook(notebook: str, name: str):
 
     import atexit
 
-    from . import submission
+    from .. import submission
     folder = tempfile.mkdtemp(prefix="grader-release-")
     atexit.register(shutil.rmtree, folder, True)      # the file must outlive the import: TIRx reads it
     written = submission.write_module(notebook, folder)
@@ -901,8 +567,8 @@ lectures/_build/
 STUB = '''\
 """{title}: the student edition's grading (written by `python -m grader release`).
 
-The public cases of the CPU parts are graded from grader/public/{lab}.json; see grader/release.py."""
-from ..release import table_graders
+The public cases of the CPU parts are graded from grader/public/{lab}.json; see grader/edition/tables.py."""
+from ..edition.tables import table_graders
 
 GRADERS = table_graders("{lab}")
 '''
@@ -980,7 +646,7 @@ def _commit(dest: str, progress) -> str:
 
 
 def _copy_grader(dest: str) -> None:
-    skip = {os.path.join("labs", f"{lab}.py") for lab in spec.lab_names()} | {"release.py"}
+    skip = {os.path.join("labs", f"{lab}.py") for lab in spec.lab_names()} | {os.path.join("edition", "release.py")}
     src_root = os.path.join(REPO_ROOT, "grader")
     for dirpath, dirnames, files in os.walk(src_root):
         dirnames[:] = [d for d in dirnames if d not in ("__pycache__", "public")]
@@ -991,14 +657,6 @@ def _copy_grader(dest: str) -> None:
             if rel in skip or f.endswith((".pyc", ".pyo")):
                 continue
             shutil.copy2(os.path.join(dirpath, f), os.path.join(dest, "grader", rel))
-    with open(__file__) as f:
-        text = f.read()
-    lines = text.split("\n")
-    cut = next((i for i, ln in enumerate(lines) if ln == CUT), None)
-    if cut is None:
-        raise ReleaseError("grader/release.py lost its cut line")
-    with open(os.path.join(dest, "grader", "release.py"), "w") as f:
-        f.write("\n".join(lines[:cut]).rstrip() + "\n")
     for lab in spec.lab_names():
         with open(os.path.join(dest, "grader", "labs", f"{lab}.py"), "w") as f:
             f.write(STUB.format(lab=lab, title=spec.load(lab).title))
@@ -1030,9 +688,9 @@ def _patch(dest: str, progress) -> None:
             text = f.read()
         if old not in text:
             if not required:
-                progress(f"  note: {rel} changed, so the edition goes without: {why} (PATCHES in grader/release.py)")
+                progress(f"  note: {rel} changed, so the edition goes without: {why} (PATCHES in grader/edition/release.py)")
                 continue
-            raise ReleaseError(f"{rel} changed: the edition needs {why}; update PATCHES in grader/release.py")
+            raise ReleaseError(f"{rel} changed: the edition needs {why}; update PATCHES in grader/edition/release.py")
         with open(path, "w") as f:
             f.write(text.replace(old, new))
 

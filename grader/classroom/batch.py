@@ -40,11 +40,11 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Any, Callable, Iterable
+from typing import Any, Iterable
 
-from . import sandbox, report, spec
+from .. import report, sandbox, spec
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO_ROOT = sandbox.REPO_ROOT
 STARTUP_S = 180.0          # added to the parts' timeouts: interpreter, torch and TVM imports
 GIB = 1 << 30
 MEM_PER_WORKER = 2 * GIB   # a grader process with torch and TVM loaded, and its part worker
@@ -480,7 +480,7 @@ def make_slots(gpus: list[str], cpu_workers: int | None) -> list[Slot]:
 
 # ------------------------------------------------------------------ progress
 
-def _fmt_s(s: float) -> str:
+def fmt_s(s: float) -> str:
     s = int(round(s))
     return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
 
@@ -506,9 +506,9 @@ class Progress:
         fill = int(self.width * self.done / self.total) if self.total else self.width
         graded = self.done - self.resumed
         elapsed = time.monotonic() - self.start
-        eta = _fmt_s(elapsed / graded * left) if graded and left else ("0m00s" if not left else "--")
+        eta = fmt_s(elapsed / graded * left) if graded and left else ("0m00s" if not left else "--")
         return (f"{self.lab} [{'#' * fill}{'.' * (self.width - fill)}] {self.done}/{self.total} done, "
-                f"{left} left, {self.errors} with grading errors | {_fmt_s(elapsed)} elapsed, ETA {eta}")
+                f"{left} left, {self.errors} with grading errors | {fmt_s(elapsed)} elapsed, ETA {eta}")
 
     def show(self) -> None:
         if self.tty:
@@ -666,90 +666,3 @@ def write_summary(results_dir: str, lab: str) -> dict[str, Any]:
                            for s, st in sts.items()}}
     write_json(os.path.join(results_dir, lab, "summary.json"), summary)
     return summary
-
-
-# ------------------------------------------------------------------ CLI
-
-def _install_signal_handlers() -> Callable[[], None]:
-    if threading.current_thread() is not threading.main_thread():
-        return lambda: None
-
-    def raise_interrupt(signum, frame):
-        raise KeyboardInterrupt(f"signal {signum}")
-    old = {s: signal.signal(s, raise_interrupt) for s in (signal.SIGTERM, signal.SIGHUP)}
-    return lambda: [signal.signal(s, h) for s, h in old.items()]
-
-
-def cmd_batch(args) -> int:
-    if args.lab not in spec.lab_names():
-        print(f"error: no lab {args.lab!r}; labs: {', '.join(spec.lab_names())}", file=sys.stderr)
-        return 2
-    try:
-        subs = discover(args.lab, args.submissions)
-        selected_parts(args.lab, args.part)
-    except (FileNotFoundError, KeyError) as e:
-        print(f"error: {e.args[0]}", file=sys.stderr)
-        return 2
-    if not subs:
-        print(f"error: no submissions of {args.lab} under {args.submissions} (looked for "
-              f"submitted/<student>/{args.lab}/ and <student>.ipynb)", file=sys.stderr)
-        return 2
-    results_dir = os.path.abspath(args.out)
-    if args.slurm:
-        from . import slurm
-        return slurm.cmd_batch_slurm(args, subs, results_dir)
-    gpus = visible_gpus() if args.gpus is None else [g for g in args.gpus.split(",") if g.strip()]
-    slots = make_slots(gpus, args.cpu_workers)
-    opts = Options(args.lab, results_dir, args.part, args.public, gpu=bool(gpus),
-                   split=any(s.queues == ("cpu",) for s in slots), hide=(os.path.abspath(args.submissions),))
-    os.makedirs(opts.lab_dir, exist_ok=True)
-    todo, done = plan(subs, opts, args.resume)
-    n_gpu, n_cpu = len(gpus), sum(s.queues == ("cpu",) for s in slots)
-    print(f"{args.lab}: {len(subs)} submissions under {args.submissions}; "
-          + (f"{len(done)} already graded and unchanged (--resume), " if args.resume else "")
-          + f"{len(todo)} to grade on {n_gpu} GPU worker(s) "
-          + (f"({', '.join(gpus)}) " if gpus else "") + f"and {n_cpu} CPU worker(s); results in {opts.lab_dir}",
-          flush=True)
-    progress = Progress(args.lab, len(subs), done=len(done), errors=sum(has_grading_errors(s) for s in done))
-    restore = _install_signal_handlers()
-    try:
-        run_batch(subs, opts, slots, resume=args.resume, progress=progress)
-    except KeyboardInterrupt:
-        progress.close()
-        print(f"\ninterrupted: the running graders were stopped; {progress.done} of {len(subs)} students "
-              f"have results; rerun with --resume to grade the rest", file=sys.stderr)
-        return 130
-    finally:
-        restore()
-    progress.close()
-    summary = write_summary(results_dir, args.lab)
-    st = lab_statuses(results_dir, args.lab)
-    not_finished = [s.student for s in subs if st.get(s.student, {}).get("state") != DONE]
-    print(f"{args.lab}: {len(subs) - len(not_finished)}/{len(subs)} graded in "
-          f"{_fmt_s(time.monotonic() - progress.start)}; "
-          f"{len(summary['grading_errors'])} with grading errors"
-          f"{': ' + ', '.join(summary['grading_errors']) if summary['grading_errors'] else ''}; "
-          f"summary in {os.path.join(opts.lab_dir, 'summary.json')}")
-    if not_finished:
-        print(f"grading did not finish for: {', '.join(not_finished)} (rerun with --resume)", file=sys.stderr)
-        return 1
-    return 0
-
-
-def register(subparsers) -> None:
-    b = subparsers.add_parser("batch", help="grade every submission of a lab (all GPUs of this host, or Slurm)",
-                              description="Grade every submission under SUBMISSIONS (nbgrader's submitted/"
-                                          "<student>/<lab>/ or a flat folder of <student>.ipynb).")
-    b.add_argument("lab")
-    b.add_argument("submissions", metavar="SUBMISSIONS_DIR")
-    b.add_argument("--out", required=True, metavar="RESULTS_DIR", help="results go to RESULTS_DIR/<lab>/<student>/")
-    b.add_argument("--resume", action="store_true",
-                   help="keep results whose notebook, thresholds version and options are unchanged")
-    b.add_argument("--part", action="append", help="grade only this part (repeatable; passed to check)")
-    b.add_argument("--public", action="store_true", help="public cases only (passed to check)")
-    b.add_argument("--gpus", help="comma-separated GPU ids to use (default: CUDA_VISIBLE_DEVICES or all; '' for none)")
-    b.add_argument("--cpu-workers", type=int,
-                   help="workers for CPU parts (default: one per core not taken by a GPU worker)")
-    from . import slurm
-    slurm.add_batch_options(b)
-    b.set_defaults(func=cmd_batch)

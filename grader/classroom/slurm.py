@@ -49,7 +49,8 @@ import time
 import tomllib
 from typing import Any
 
-from . import batch, spec
+from .. import spec
+from . import batch
 
 CONFIG_ENV = "GRADER_SLURM_CONFIG"
 DEFAULT_CONFIG = os.path.join("~", ".config", "grader", "slurm.toml")
@@ -149,7 +150,7 @@ def render_script(lab: str, run_dir: str, manifest_path: str, n_tasks: int, cfg:
     lines += list(cfg.setup)
     lines += [f"cd {shlex.quote(batch.REPO_ROOT)}",
               f"export PYTHONPATH={shlex.quote(batch.REPO_ROOT)}${{PYTHONPATH:+:$PYTHONPATH}}",
-              f"exec {shlex.quote(cfg.python)} -m grader.slurm task {shlex.quote(manifest_path)}", ""]
+              f"exec {shlex.quote(cfg.python)} -m grader.classroom.slurm task {shlex.quote(manifest_path)}", ""]
     return "\n".join(lines)
 
 
@@ -541,7 +542,7 @@ def main(argv: list[str] | None = None) -> int:
     if len(argv) >= 2 and argv[0] == "task":
         index = int(argv[2]) if len(argv) > 2 else int(os.environ["SLURM_ARRAY_TASK_ID"])
         return run_task(argv[1], index)
-    print("usage: python -m grader.slurm task MANIFEST [INDEX]  (run by the job array)", file=sys.stderr)
+    print("usage: python -m grader.classroom.slurm task MANIFEST [INDEX]  (run by the job array)", file=sys.stderr)
     return 2
 
 

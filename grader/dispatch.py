@@ -1,0 +1,52 @@
+"""Which function grades a part: the one dispatch used by the command line and the worker
+processes (grader/run.py), the GPU harness (grader/harness.py), the notebook's check cells
+(grader/notebook.py) and the tests.
+
+A lab's module (grader/labs/<lab>.py, its hooks described in grader/labs/__init__.py) may give a
+part its own grading function in ``GRADERS``; every other part is graded by the default runner
+of its kind (grader/runners.py): a kernel part that names its problem (grader/problems.py) by
+the shared correctness or speed runner, a build part by ``grading.build_part``."""
+from __future__ import annotations
+
+import importlib
+from typing import Callable
+
+from . import runners
+from .context import Context, Outcome
+
+
+def lab_graders(lab: str) -> dict[str, Callable[..., Outcome]]:
+    """The lab module's ``GRADERS`` ({} for a lab made of declared parts only)."""
+    name = f"grader.labs.{lab}"
+    try:
+        mod = importlib.import_module(name)
+    except ModuleNotFoundError as e:
+        if e.name != name:
+            raise
+        return {}
+    return getattr(mod, "GRADERS", {})
+
+
+def grading_function(lab: str, part) -> Callable[..., Outcome]:
+    """The lab's own function for ``part``, else the default runner of the part's kind."""
+    fn = lab_graders(lab).get(part.id)
+    if fn is not None:
+        return fn
+    fn = runners.default_for(part)
+    if fn is None:
+        extra = " (a kernel part must name its problem in params)" if part.kind == "kernel" else ""
+        raise KeyError(f"{lab} has no grading function for part {part.id!r} and no default runner for "
+                       f"its kind {part.kind!r}{extra}")
+    return fn
+
+
+def grade(lab: str, part_id: str, module, ctx: Context, lower: Callable | None = None) -> Outcome:
+    """Grade ``part_id`` of ``lab`` on ``module`` (the submission: a jailed child's proxy, a
+    notebook's namespace, a test's stand-in). ``lower``: how a kernel part's kernels are compiled
+    and loaded, when not the grader's way for a submission (the notebook's own kernels)."""
+    if ctx.part.id != part_id:
+        raise ValueError(f"grade({lab!r}, {part_id!r}) given the context of part {ctx.part.id!r}")
+    fn = grading_function(lab, ctx.part)
+    if lower is not None and fn is runners.kernel_part:
+        return runners.kernel_part(module, ctx, runners.Env(lower=lower))
+    return fn(module, ctx)

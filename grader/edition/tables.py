@@ -1,0 +1,288 @@
+"""The student edition's grading of CPU parts from recorded tables: the table format
+(``grader/public/<lab>.json``, arguments and expected answers as JSON), the comparisons, and
+``table_graders(lab)``, the ``GRADERS`` of a lab in the edition. Shipped in the edition; the
+tables are recorded by grader/edition/release.py on the instructors' side."""
+from __future__ import annotations
+
+import functools
+import importlib
+import json
+import os
+
+from .. import compare, spec
+
+TABLES_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "public")
+COURSE_GRADER_ONLY = "checked by the course grader (not in the student edition)"
+PUBLIC_NOTE = "public cases; the course grader adds hidden ones"
+_TUPLE, _OFFSET = "__tuple__", "__offset__"
+
+
+# ---------------------------------------------------------------- the tables (JSON)
+
+def encode(x):
+    """A JSON-able form of a case's arguments or answer; tuples stay tuples through decode()."""
+    if isinstance(x, TableOffset):
+        return {_OFFSET: x.name}
+    if isinstance(x, tuple):
+        return {_TUPLE: [encode(v) for v in x]}
+    if isinstance(x, list):
+        return [encode(v) for v in x]
+    if isinstance(x, dict):
+        if not all(isinstance(k, str) for k in x) or _TUPLE in x or _OFFSET in x:
+            raise TypeError(f"cannot record a dictionary with keys {list(x)!r}")
+        return {k: encode(v) for k, v in x.items()}
+    if x is None or isinstance(x, (bool, int, float, str)):
+        return x
+    if hasattr(x, "__index__"):
+        return int(x.__index__())
+    raise TypeError(f"cannot record an object of type {type(x).__name__}")
+
+
+def decode(x, offsets: dict | None = None):
+    if isinstance(x, list):
+        return [decode(v, offsets) for v in x]
+    if isinstance(x, dict):
+        if _TUPLE in x:
+            return tuple(decode(v, offsets) for v in x[_TUPLE])
+        if _OFFSET in x:
+            o = (offsets or {})[x[_OFFSET]]
+            return TableOffset(x[_OFFSET], o["shape"], o["values"])
+        return {k: decode(v, offsets) for k, v in x.items()}
+    return x
+
+
+try:   # the grader's table of a function of (i, j), which can cross to a sandboxed submission
+    from ..remote import Table2D as _TableBase
+except ImportError:  # pragma: no cover - a grader without one
+    _TableBase = object
+
+
+class TableOffset(_TableBase):
+    """An offset function ``offset(r, c)`` of a tile, given by its values in row-major order (the
+    layouts lab 3's address-pattern functions are called with)."""
+
+    def __init__(self, name: str, shape, values):
+        self.name, self.shape, self.values = name, tuple(shape), list(values)
+        cols = self.shape[1]
+        self.table = [self.values[r * cols:(r + 1) * cols] for r in range(self.shape[0])]
+
+    def __call__(self, r, c):
+        return self.values[int(r) * self.shape[1] + int(c)]
+
+    def __repr__(self) -> str:
+        return f"<offset: {self.name}>"
+
+
+@functools.lru_cache(maxsize=None)
+def load_table(lab: str) -> dict:
+    with open(os.path.join(TABLES_DIR, f"{lab}.json")) as f:
+        return json.load(f)
+
+
+# ---------------------------------------------------------------- comparisons (as the labs make them)
+
+_norm = compare.normalize
+
+
+def _same(got, exp, how) -> bool:
+    if isinstance(exp, (list, tuple)) and not isinstance(got, (list, tuple, dict, str)) and hasattr(got, "__iter__"):
+        got = list(got)
+    try:
+        return _norm(got) == _norm(exp)
+    except Exception:  # noqa: BLE001 - an odd answer is a wrong answer
+        return False
+
+
+def _sorted_values(x):
+    """The order of the entries of a dictionary's lists does not matter."""
+    if isinstance(x, dict):
+        return {k: sorted(_norm(v)) if isinstance(v, (list, tuple, set)) else v for k, v in x.items()}
+    return x
+
+
+def _same_sorted(got, exp, how) -> bool:
+    try:
+        return _same(_sorted_values(got), _sorted_values(exp), how)
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def _close(got, exp, how) -> bool:
+    from ..compare import close_scalar
+    return close_scalar(got, exp, rel=how["rel"])
+
+
+def _time_bound(got, exp, how) -> bool:
+    from ..compare import close_scalar
+    try:
+        t, bound = got
+    except (TypeError, ValueError):
+        return False
+    return close_scalar(t, exp[0], rel=how["rel"]) and bound == exp[1]
+
+
+def _same_int(got, exp, how) -> bool:
+    try:
+        return int(got) == exp and float(got) == float(exp)
+    except (TypeError, ValueError):
+        return False
+
+
+def _int_rows(got, exp, how) -> bool:
+    try:
+        return [[int(x) for x in row] for row in got] == exp
+    except (TypeError, ValueError):
+        return False
+
+
+def _evaluate(layout, r: int, c: int, shape) -> dict:
+    """A TIRx layout at logical (r, c) of ``shape``: {axis: value}, zero entries dropped."""
+    return {str(k): int(v) for k, v in layout.apply(r, c, shape=list(shape)).items() if int(v) != 0}
+
+
+def _layout(got, exp, how):
+    """``got`` must be a TIRx layout that gives the recorded values at the recorded elements."""
+    from tvm.tirx.layout import Layout
+    if not (isinstance(got, Layout) or getattr(got, "is_layout", False)):   # here, or in a sandbox
+        return False, f"returned {type(got).__name__}, not a TileLayout/ComposeLayout"
+    for i, j, want in exp["points"]:
+        have = _evaluate(got, i, j, exp["shape"])
+        if have != want:
+            return False, f"at ({i}, {j}) apply gives {have}, expected {want}"
+    return True, ""
+
+
+def _allclose(got, exp, how):
+    from ..compare import close_arrays
+    return close_arrays(got, exp, how["rel"], how["abs"])
+
+
+COMPARE = {"same": _same, "same_sorted": _same_sorted, "close": _close, "time_bound": _time_bound,
+           "int": _same_int, "int_rows": _int_rows, "layout": _layout, "allclose": _allclose}
+
+
+def _short(x, limit: int = 90) -> str:
+    text = repr(x)
+    return text if len(text) <= limit else text[:limit - 5] + " ...]"
+
+
+# ---------------------------------------------------------------- what a part checks besides its cases
+
+def _figure(module, extra: dict, offsets: dict) -> tuple[bool, str]:
+    """The plotting function draws something; what it draws is the course grader's business."""
+    from .. import grading
+    args = decode(extra["args"], offsets)
+    if hasattr(grading, "figure"):
+        axes = grading.figure(module, extra["fn"], *args)
+        drawn = any(ax.get("lines") or ax.get("points") or ax.get("images") for ax in axes)
+        msg = f"{extra['fn']} drew a figure" if drawn else f"{extra['fn']} saved no figure (or an empty one)"
+    else:  # an older grader: a readable, non-blank PNG
+        plot = grading.student(module, extra["fn"])
+        drawn, msg = grading.plotted_png(lambda path: plot(*args, path), extra["fn"])
+    return drawn, msg + "; its content is checked by the course grader"
+
+
+def _chunked_bijection(module, extra: dict, offsets: dict) -> tuple[bool, str]:
+    """An offset function of a tile that is a bijection onto the tile and keeps every chunk of
+    ``chunk`` elements whole and aligned (what lab 3's transpose kernel needs to store 16 bytes
+    at a time). Its bank conflicts are checked by the course grader."""
+    from .. import grading
+    offset = grading.student(module, extra["fn"])
+    (rows, cols), chunk = extra["shape"], extra["chunk"]
+    n, seen, name = rows * cols, set(), extra["fn"]
+    note = "; its bank conflicts are checked by the course grader"
+    for i in range(rows):
+        for j in range(cols):
+            o = offset(i, j)
+            try:
+                o = int(o)
+            except (TypeError, ValueError):
+                return False, f"{name}({i}, {j}) returned {o!r}, not an int"
+            if not 0 <= o < n:
+                return False, f"{name}({i}, {j}) = {o} lies outside the tile [0, {n})"
+            seen.add(o)
+            if j % chunk and o != int(offset(i, j - j % chunk)) + j % chunk:
+                return False, f"{name}: the chunk of ({i}, {j - j % chunk}) is not kept whole ({name}({i}, {j}) = {o})"
+            if j % chunk == 0 and o % chunk:
+                return False, f"{name}({i}, {j}) = {o} does not start a chunk (not a multiple of {chunk})"
+    if len(seen) != n:
+        return False, f"{name}: two elements share an offset ({n - len(seen)} offsets unused)"
+    return True, f"{name} is a bijection with whole, aligned chunks" + note
+
+
+EXTRAS = {"figure": _figure, "chunked_bijection": _chunked_bijection}
+
+
+# ---------------------------------------------------------------- grading a part
+
+def grade_from_table(entry: dict, module, ctx):
+    """Grade a part from its recorded public cases: the share of cases answered right, and half
+    of the points for the part's other checks when it has some (a figure, a layout's shape)."""
+    from ..context import Outcome
+    from .. import grading
+    offsets = entry.get("offsets", {})
+    total = right = 0
+    wrong, per_fn = [], []
+    for chk in entry["checks"]:
+        fn = grading.student(module, chk["fn"])
+        how = chk["compare"]
+        same = COMPARE[how["kind"]]
+        good = 0
+        cases = decode(chk["cases"], offsets)
+        for args, expected in cases:
+            got = fn(*args)
+            verdict = same(got, expected, how)
+            ok, detail = verdict if isinstance(verdict, tuple) else (verdict, "")
+            good += bool(ok)
+            if not ok:
+                call = f"{chk['fn']}({', '.join(_short(a) for a in args)})"
+                wrong.append(f"{call}: {detail}" if detail else f"{call}: got {_short(got, 300)}, "
+                                                                  f"expected {_short(expected, 300)}")
+        total += len(cases)
+        right += good
+        per_fn.append(f"{chk['fn']} {good}/{len(cases)}")
+    frac = right / total if total else 1.0
+    msg = f"{right}/{total} {PUBLIC_NOTE}"
+    if len(per_fn) > 1:
+        msg += " (" + ", ".join(per_fn) + ")"
+    if wrong:
+        msg += "; first wrong: " + wrong[0] + (f" (and {len(wrong) - 1} more)" if len(wrong) > 1 else "")
+    extras = [EXTRAS[e["kind"]](module, e, offsets) for e in entry.get("extras", [])]
+    if extras:
+        frac = 0.5 * frac + 0.5 * sum(ok for ok, _ in extras) / len(extras)
+        msg += " | " + " | ".join(m for _, m in extras)
+    if entry.get("note"):
+        msg += " | " + entry["note"]
+    return Outcome(frac, msg, {"cases": total, "right": right})
+
+
+def course_grader_only(module, ctx):
+    from ..context import Outcome
+    from ..report import SKIPPED
+    return Outcome(0.0, COURSE_GRADER_ONLY, verdict=SKIPPED)
+
+
+def _shipped(target: str):
+    module_name, _, qualname = target.partition(":")
+
+    def grade(module, ctx):
+        fn = importlib.import_module(module_name)
+        for attr in qualname.split("."):
+            fn = getattr(fn, attr)
+        return fn(module, ctx)
+    return grade
+
+
+def table_graders(lab: str) -> dict:
+    """``GRADERS`` of a lab in the student edition (see the module's docstring). A part graded by
+    the default runner of its kind is left out: grader/labs falls back to that runner."""
+    table = load_table(lab)
+    graders = {}
+    for part in spec.load(lab).parts:
+        if part.id in table["parts"]:
+            graders[part.id] = functools.partial(grade_from_table, table["parts"][part.id])
+        elif part.id in table.get("shipped", {}):
+            graders[part.id] = _shipped(table["shipped"][part.id])
+        elif part.id not in table.get("default_runner", []):
+            graders[part.id] = course_grader_only
+    return graders
