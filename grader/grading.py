@@ -3,6 +3,8 @@ the student's function by name, tables of calls graded case by case (public and 
 parts, timed ratios against a same-run baseline, figures, and the end of student code."""
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import math
 import os
@@ -20,6 +22,25 @@ def student(module, name: str) -> Callable:
     return fn
 
 
+# ---------------------------------------------------------------- tables of calls
+
+_RECORDER: contextvars.ContextVar = contextvars.ContextVar("case_recorder", default=None)
+
+
+@contextlib.contextmanager
+def recording(recorder):
+    """Record instead of grading: inside this block ``grade_cases``, ``grade_named`` and
+    ``figure`` hand what they are given (the tables of calls with their expected answers, the
+    figure calls) to ``recorder``'s method of the same name and return what it returns. The
+    student edition records a part's public cases this way, by running the lab's own grading
+    function in public mode (grader/edition/release.py)."""
+    token = _RECORDER.set(recorder)
+    try:
+        yield recorder
+    finally:
+        _RECORDER.reset(token)
+
+
 def grade_cases(fn: Callable, cases: list[tuple[Any, Any]], same: Callable[[Any, Any], bool],
                 label: Callable[[Any], str], public: int | None = None) -> Outcome:
     """Call ``fn(*args)`` for every (args, expected) case; fraction = share answered right.
@@ -27,6 +48,9 @@ def grade_cases(fn: Callable, cases: list[tuple[Any, Any]], same: Callable[[Any,
     arguments, the answer and the expected answer; a wrong hidden case only by its number, so
     that feedback never hands out a hidden case's inputs or answer (nor what the submission
     returned for them, which could carry the inputs out). NotImplementedError propagates."""
+    recorder = _RECORDER.get()
+    if recorder is not None:
+        return recorder.grade_cases(fn, cases)
     wrong = []
     n_public = len(cases) if public is None else public
     for i, (args, expected) in enumerate(cases):
@@ -39,6 +63,30 @@ def grade_cases(fn: Callable, cases: list[tuple[Any, Any]], same: Callable[[Any,
             wrong.append(f"{label(args)}: got {got!r}, expected {expected!r}" + (f" ({kind})" if kind else ""))
     wrong.sort(key=lambda w: w.startswith(HIDDEN_CASE))         # a public case first, when there is one
     return cases_outcome(len(cases), wrong)
+
+
+def grade_named(fns: dict[str, Callable], cases: list, same: Callable[[Any, Any], bool]) -> Outcome:
+    """Cases ``(function name, args, expected, hidden)`` over several functions ``fns`` (name ->
+    function), graded as one table: the share right, per function too; a wrong hidden case is
+    shown by its number only."""
+    recorder = _RECORDER.get()
+    if recorder is not None:
+        return recorder.grade_named(fns, cases)
+    wrong, per_fn = [], {}
+    for c, (name, args, expected, hidden) in enumerate(cases):
+        got = fns[name](*args)
+        ok = same(got, expected)
+        right, total = per_fn.get(name, (0, 0))
+        per_fn[name] = (right + ok, total + 1)
+        if not ok:
+            wrong.append(hidden_case(c) if hidden else f"{name}{args!r}: got {got!r}, expected {expected!r}")
+    wrong.sort(key=lambda w: w.startswith(HIDDEN_CASE))
+    n = len(cases)
+    good = n - len(wrong)
+    msg = f"{good}/{n} elements right (" + ", ".join(f"{k} {a}/{b}" for k, (a, b) in per_fn.items()) + ")"
+    if wrong:
+        msg += "; first wrong: " + wrong[0]
+    return Outcome(good / n, msg, {"cases": n, "right": good})
 
 
 HIDDEN_CASE = "hidden case #"
@@ -308,6 +356,9 @@ def figure(module, name: str, *args) -> list[dict]:
     """What the plotting function ``name`` drew when called with ``args`` and a fresh path: one
     dict per axes (xscale, yscale, lines [[x, y], ...], points, images, texts, labels). The
     grader reads it from the sandboxed child; a notebook's own check cell draws it here."""
+    recorder = _RECORDER.get()
+    if recorder is not None:
+        return recorder.figure(module, name, *args)
     fn = student(module, name)
     if hasattr(fn, "figure"):
         return fn.figure(*args)

@@ -4,7 +4,6 @@ against them, copying what students get, and scanning the result for solution li
 with the instructors: the edition ships grader/edition/tables.py alone."""
 from __future__ import annotations
 
-import contextlib
 import importlib
 import json
 import os
@@ -108,18 +107,6 @@ def _match(result, expected, found: dict) -> None:
             _match(a, b, found)
 
 
-@contextlib.contextmanager
-def _patched(patches):
-    saved = [(obj, name, getattr(obj, name)) for obj, name, _ in patches]
-    try:
-        for obj, name, value in patches:
-            setattr(obj, name, value)
-        yield
-    finally:
-        for obj, name, value in saved:
-            setattr(obj, name, value)
-
-
 def _public_context(lab_spec, part):
     from .. import hardware, inputs
     from ..context import Context
@@ -140,61 +127,57 @@ def _comparison(lab: str, part, fn: str) -> dict:
     return how
 
 
-def _capture(lab_module, lab: str, part, ctx) -> dict:
-    """Run the part's grading function in public mode on a stand-in submission, with the labs'
-    case helpers (grading.grade_cases, a lab's _grade_named, grading.figure) replaced by recorders."""
-    from ..context import Outcome
-    from .. import grading
-    standin = _StandIn()
-    cases: dict[str, list] = {}
-    extras: list[dict] = []
+class _CaseRecorder:
+    """What ``grading.recording`` hands the tables of calls and the figure calls to: each call
+    the grading function would make on the submission, with its expected answer."""
 
-    def add(name, args, expected):
-        cases.setdefault(name, []).append((tuple(args), expected))
+    def __init__(self, standin: "_StandIn"):
+        self.standin = standin
+        self.cases: dict[str, list] = {}
+        self.extras: list[dict] = []
 
-    def grade_cases(fn, table, same=None, label=None, public=None):
+    def _add(self, name, args, expected):
+        self.cases.setdefault(name, []).append((tuple(args), expected))
+
+    def grade_cases(self, fn, table):
+        from ..context import Outcome
         for args, expected in table:
             if isinstance(fn, _Recording):
-                add(fn.name, args, expected)
+                self._add(fn.name, args, expected)
                 continue
-            result, calls = standin.trace(lambda: fn(*args))
+            result, calls = self.standin.trace(lambda: fn(*args))
             found: dict = {}
             _match(result, expected, found)
             for name, call_args, token in calls:
                 if id(token) not in found:
                     raise _NotRecordable(f"cannot tell which expected answer belongs to {name}()")
-                add(name, call_args, found[id(token)])
+                self._add(name, call_args, found[id(token)])
         return Outcome(1.0, "recorded", {"cases": len(table), "right": len(table)})
 
-    def grade_named(fns, table):
+    def grade_named(self, fns, table):
+        from ..context import Outcome
         for name, args, expected, *_ in table:
-            add(getattr(fns[name], "name", name), args, expected)
+            self._add(getattr(fns[name], "name", name), args, expected)
         return Outcome(1.0, "recorded", {"cases": len(table), "right": len(table)})
 
-    def figure(module, name, *args):
-        extras.append({"kind": "figure", "fn": name, "args": encode(list(args))})
+    def figure(self, module, name, *args):
+        self.extras.append({"kind": "figure", "fn": name, "args": encode(list(args))})
         return []
 
-    def plotted_png(plot, who, min_size=(300, 200)):
-        path = "<figure path>"
-        _, calls = standin.trace(lambda: plot(path))
-        if len(calls) != 1 or not calls[0][1] or calls[0][1][-1] != path:
-            raise _NotRecordable("a figure check that is not one call of a plotting function")
-        extras.append({"kind": "figure", "fn": calls[0][0], "args": encode(list(calls[0][1][:-1]))})
-        return True, "recorded"
 
-    patches = [(grading, "grade_cases", grade_cases)]
-    patches += [(grading, n, f) for n, f in (("figure", figure), ("plotted_png", plotted_png)) if hasattr(grading, n)]
-    if hasattr(lab_module, "_grade_named"):
-        patches.append((lab_module, "_grade_named", grade_named))
-    with _patched(patches):
+def _capture(lab_module, lab: str, part, ctx) -> dict:
+    """Run the part's grading function in public mode on a stand-in submission, its tables of
+    calls and figure calls recorded (``grading.recording``) instead of graded."""
+    from .. import grading
+    standin = _StandIn()
+    with grading.recording(_CaseRecorder(standin)) as rec:
         lab_module.GRADERS[part.id](standin, ctx)
-    if standin.misused or not cases:
+    if standin.misused or not rec.cases:
         raise _NotRecordable("the grading function calls the submission outside its tables of cases")
     checks = [{"fn": fn, "compare": _comparison(lab, part, fn),
                "cases": [[[encode(a) for a in args], encode(exp)] for args, exp in table]}
-              for fn, table in cases.items()]
-    return {"checks": checks, "extras": extras}
+              for fn, table in rec.cases.items()]
+    return {"checks": checks, "extras": rec.extras}
 
 
 # Parts whose grading functions do more than tables of calls: recorded here, by hand, from the

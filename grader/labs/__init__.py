@@ -12,9 +12,11 @@ The hooks a lab module offers, by name:
   as attributes (``grading.student(submission, name)``); ``ctx`` (grader/context.py) gives the
   part's spec, the seed, the device and whether only the public cases run.
 - Tables of calls go through ``grading.grade_cases(fn, [(args, expected), ...], same, label,
-  public)``: the first ``public`` cases are public, the rest hidden. The student edition
+  public)`` (the first ``public`` cases are public, the rest hidden), ``grading.grade_named``
+  (one table over several functions) and ``grading.figure``. The student edition
   (grader/edition/) records the public ones at release time by running the function in public
-  mode, so a new CPU question needs no release code when it is graded this way.
+  mode under ``grading.recording``, so a new CPU question graded this way needs only its
+  comparison named in ``COMPARISONS`` of grader/edition/release.py.
 - ``ref_*``: the reference answers. Lecture figure scripts may draw from them; they are never
   shipped to students (the edition replaces this module by ``GRADERS = table_graders(lab)``).
 

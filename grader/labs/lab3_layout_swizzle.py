@@ -230,7 +230,7 @@ def grade_index(module, ctx: Context) -> Outcome:
         for i, j in _elements(shape, r, 96):
             cases.append(("offset_mma", (i, j, shape, eb, sw), evaluate(lib, i, j, shape).get("m", 0),
                           k >= len(PUBLIC_MMA)))
-    return _grade_named(fns, cases)
+    return grading.grade_named(fns, cases, _same_int)
 
 
 def _lib_row_major(shape):
@@ -241,25 +241,6 @@ def _lib_row_major(shape):
 def _lib_col_major(shape):
     from tvm.tirx.layout import S, TileLayout
     return TileLayout(S[tuple(shape): (1, shape[0])])
-
-
-def _grade_named(fns: dict, cases: list) -> Outcome:
-    """(function name, args, expected, hidden) cases; a wrong hidden one is shown by number only."""
-    wrong, per_fn = [], {}
-    for c, (name, args, expected, hidden) in enumerate(cases):
-        got = fns[name](*args)
-        ok = _same_int(got, expected)
-        right, total = per_fn.get(name, (0, 0))
-        per_fn[name] = (right + ok, total + 1)
-        if not ok:
-            wrong.append(grading.hidden_case(c) if hidden else f"{name}{args!r}: got {got!r}, expected {expected!r}")
-    wrong.sort(key=lambda w: w.startswith(grading.HIDDEN_CASE))
-    n = len(cases)
-    good = n - len(wrong)
-    msg = f"{good}/{n} elements right (" + ", ".join(f"{k} {a}/{b}" for k, (a, b) in per_fn.items()) + ")"
-    if wrong:
-        msg += "; first wrong: " + wrong[0]
-    return Outcome(good / n, msg, {"cases": n, "right": good})
 
 
 def _same_int(got, expected) -> bool:
