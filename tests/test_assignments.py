@@ -1,13 +1,13 @@
 """assignments/ is exactly what nbgrader generates from solutions/, and leaks nothing."""
 import json
 import os
-import re
 import subprocess
 import sys
 
 import pytest
 
 from grader import spec
+from grader.edition import release
 
 LABS = spec.lab_names()
 
@@ -58,29 +58,16 @@ def test_committed_student_version_is_up_to_date(root, regenerated, lab):
     assert committed == fresh, f"assignments/{lab} is stale: run `python -m grader generate {lab}` and commit"
 
 
-def _regions(path):
-    """(lines inside the solution and hidden-test regions, lines outside them), stripped."""
-    inside_lines, outside_lines = [], []
-    for src, _ in _cells(path):
-        inside = False
-        for line in src.splitlines():
-            if re.search(r"### (BEGIN|END) (SOLUTION|HIDDEN TESTS)", line):
-                inside = "BEGIN" in line
-                continue
-            (inside_lines if inside else outside_lines).append(line.strip())
-    return inside_lines, outside_lines
-
-
 def _solution_lines(path):
     """Every substantial line between BEGIN/END SOLUTION and BEGIN/END HIDDEN TESTS."""
-    return [s for s in _regions(path)[0] if len(s) > 12 and not s.startswith("#")]
+    return [s for s in release.regions(path)[0] if len(s) > 12 and not s.startswith("#")]
 
 
 def _given_text(path):
     """The solution notebook's given code (outside the solution and hidden-test regions): a
     solution line found in it (a store loop of a given macro written again in a builder) tells
     the student nothing."""
-    return "\n".join(_regions(path)[1])
+    return "\n".join(release.regions(path)[1])
 
 
 @pytest.mark.parametrize("lab", LABS)

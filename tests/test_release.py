@@ -11,6 +11,7 @@ import textwrap
 import pytest
 
 from grader import spec
+from grader.edition import release
 
 LABS = spec.lab_names()
 pytestmark = pytest.mark.slow
@@ -43,14 +44,6 @@ def _cells(path):
     return nb, [c["source"] if isinstance(c["source"], str) else "".join(c["source"]) for c in nb["cells"]]
 
 
-# A line that says nothing about a solution: a call with only constants or plain names as
-# arguments (`T.cuda.cta_sync()`, `fig.savefig(path)`), or a loop header over one (`for i in
-# range(8):`). Such lines are the API the lectures teach and the skeletons' comments ask for.
-_ARG = r"""(?:\w+=)?(?:-?[\d.]+|"[^"]*"|'[^']*'|[A-Za-z_]\w*)"""
-_CALL = rf"[A-Za-z_][\w.]*\(\s*(?:{_ARG}\s*(?:,\s*{_ARG}\s*)*,?)?\)"
-_TRIVIAL = re.compile(rf"^(?:{_CALL}|for \w+(?:, \w+)* in {_CALL}:)$")
-
-
 def _secret_lines(root):
     """Every line between BEGIN/END SOLUTION and BEGIN/END HIDDEN TESTS of every solutions
     notebook, longer than a trivial token (over 12 characters, not a comment, not a trivial
@@ -67,17 +60,10 @@ def _secret_lines(root):
         given[lab] = "\n".join(ln.strip() for src in texts for ln in src.splitlines())
     secret = {}
     for lab in LABS:
-        inside_lines, own = [], []
-        for src in _cells(os.path.join(root, "solutions", lab, spec.load(lab).notebook))[1]:
-            inside = False
-            for line in src.splitlines():
-                if re.search(r"### (BEGIN|END) (SOLUTION|HIDDEN TESTS)", line):
-                    inside = "BEGIN" in line
-                    continue
-                (inside_lines if inside else own).append(line.strip())
+        inside_lines, own = release.regions(os.path.join(root, "solutions", lab, spec.load(lab).notebook))
         own_text = "\n".join(own)
         for s in inside_lines:
-            if (len(s) > 12 and not s.startswith("#") and not _TRIVIAL.match(re.sub(r"\s+#.*$", "", s))
+            if (len(s) > 12 and not s.startswith("#") and not release.trivial(s)
                     and s not in own_text and not any(s in given[other] for other in LABS if other != lab)):
                 secret.setdefault(s, lab)
     return secret

@@ -406,8 +406,9 @@ def trivial(line: str) -> bool:
     return bool(TRIVIAL.match(re.sub(r"\s+#.*$", "", line.strip())))
 
 
-def _regions(notebook: str) -> tuple[list[str], list[str]]:
-    """(lines inside the solution and hidden-test regions, lines outside them), stripped."""
+def regions(notebook: str) -> tuple[list[str], list[str]]:
+    """(lines inside the solution and hidden-test regions, lines outside them), stripped: the one
+    reader of a notebook's nbgrader regions (the release and the leak tests use it)."""
     inside_lines, outside_lines = [], []
     for src in _cells(notebook):
         inside = False
@@ -422,7 +423,7 @@ def _regions(notebook: str) -> tuple[list[str], list[str]]:
 def solution_lines(notebook: str) -> list[str]:
     """Every line between BEGIN/END SOLUTION and BEGIN/END HIDDEN TESTS of a notebook that says
     something: longer than 12 characters, not a comment, not trivial()."""
-    return [s for s in _regions(notebook)[0] if len(s) > 12 and not s.startswith("#") and not trivial(s)]
+    return [s for s in regions(notebook)[0] if len(s) > 12 and not s.startswith("#") and not trivial(s)]
 
 
 def secret_lines(root: str = REPO_ROOT) -> dict[str, str]:
@@ -445,7 +446,7 @@ def secret_lines(root: str = REPO_ROOT) -> dict[str, str]:
     secret = {}
     for lab in labs:
         notebook = os.path.join(root, "solutions", lab, spec.load(lab).notebook)
-        own = "\n".join(_regions(notebook)[1])
+        own = "\n".join(regions(notebook)[1])
         for s in solution_lines(notebook):
             if s not in own and not any(s in given[other] for other in labs if other != lab):
                 secret.setdefault(s, lab)
