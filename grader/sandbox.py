@@ -7,14 +7,14 @@ The design, and why it holds:
    namespaces; a root file system built from an *allow-list*: the operating system's program and
    library folders (``/usr``, ``/lib*``, a few files of ``/etc``), the Python installation and
    its package folders, read-only; the child's side of the grader (``/course``: the modules
-   child, channel, build, devcode, timeline, copied there, nothing else of the course); its own
-   scratch folder (``/sandbox``), fresh ``/tmp`` and ``/dev/shm``, and ``/dev/null``-like nodes.
-   No GPU, no network, no view of other processes. The checkout, its ``.git``, the solutions,
-   other checkouts, gradebooks and home folders are not hidden: they were never put there. As
-   root the child also takes a user id of its own (no other process has it); as an ordinary user
-   the user namespace maps it to that user, with no capability left once it runs. Every process
-   it starts dies with it (PID 1 of its namespace), and the grader kills its process group and,
-   as root, every process of its user id.
+   child, channel, toolchain, devcode and the package timeline, copied there, nothing else of the
+   course); its own scratch folder (``/sandbox``), fresh ``/tmp`` and ``/dev/shm``, and
+   ``/dev/null``-like nodes. No GPU, no network, no view of other processes. The checkout, its
+   ``.git``, the solutions, other checkouts, gradebooks and home folders are not hidden: they
+   were never put there. As root the child also takes a user id of its own (no other process has
+   it); as an ordinary user the user namespace maps it to that user, with no capability left once
+   it runs. Every process it starts dies with it (PID 1 of its namespace), and the grader kills
+   its process group and, as root, every process of its user id.
 2. **The child answers with data only** (grader/channel.py): plain JSON for functions, and for a
    kernel its PTX and a launch plan (grader/devcode.py), read by the grader with size limits and
    validated field by field. No library, no pickle, no object of the child's crosses over.
@@ -57,8 +57,8 @@ from . import channel
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 JAIL = os.path.join(REPO_ROOT, "grader", "jail.py")
-# The grader's modules the child needs (and a graded kernel may import: grader.timeline).
-CHILD_MODULES = ("channel.py", "child.py", "toolchain.py", "devcode.py", "timeline.py")
+# The grader's modules the child needs (and a graded kernel may import: grader.timeline, a package).
+CHILD_MODULES = ("channel.py", "child.py", "toolchain.py", "devcode.py", "timeline")
 SCRATCH, COURSE = "/sandbox", "/course"
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/opt/conda")
 ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "nsswitch.conf", "passwd", "group", "localtime",
@@ -194,7 +194,11 @@ def course_copy() -> str:
     with open(os.path.join(pkg, "__init__.py"), "w") as f:
         f.write('"""The child\'s side of the course grader."""\n')
     for name in CHILD_MODULES:
-        shutil.copy(os.path.join(REPO_ROOT, "grader", name), os.path.join(pkg, name))
+        src = os.path.join(REPO_ROOT, "grader", name)
+        if os.path.isdir(src):                  # a package: its modules, not its __pycache__
+            shutil.copytree(src, os.path.join(pkg, name), ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy(src, os.path.join(pkg, name))
     for root, dirs, files in os.walk(d):
         for x in dirs + files:
             os.chmod(os.path.join(root, x), 0o755 if x in dirs else 0o644)
