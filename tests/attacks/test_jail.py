@@ -170,10 +170,10 @@ def test_include_tricks_read_nothing_outside_the_jail(tmp_path, monkeypatch):
     monkeypatch.setattr(spec, "load", lambda name: slow)
     sol = os.path.join(ROOT, "solutions", "lab1_roofline", "lab1_roofline.ipynb")
     spellings = [f'# /* */ include "{sol}"', f'#inc\\\nlude "{sol}"', f'%:include "/proc/{os.getpid()}/environ"']
-    body = ("from grader import build\nreached = 0\n"
+    body = ("from grader import toolchain\nreached = 0\n"
             f"for inc in {spellings!r}:\n"
             "    try:\n"
-            "        build.nvrtc_ptx(inc + '\\n__global__ void k() {}\\n', 'sm_90a')\n"
+            "        toolchain.nvrtc_ptx(inc + '\\n__global__ void k() {}\\n', 'sm_90a')\n"
             "        reached += 1\n"
             "    except Exception as e:\n"
             "        reached += 'cannot open source file' not in str(e)\n"

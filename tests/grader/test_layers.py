@@ -28,7 +28,8 @@ def module_sources(root: str = ROOT) -> dict[str, tuple[str, bool]]:
 
 def import_graph(sources: dict[str, tuple[str, bool]]) -> dict[str, set[str]]:
     """Module -> the grader modules it imports, anywhere in its body. Importing ``a.b.c`` also
-    imports the packages ``a.b`` and ``a`` (their __init__ runs), so those count too."""
+    imports the packages ``a.b`` and ``a`` (their __init__ runs), so those count too, except the
+    importing module's own packages."""
     graph = {}
     for name, (src, is_pkg) in sources.items():
         package = name if is_pkg else name.rpartition(".")[0]
@@ -46,7 +47,8 @@ def import_graph(sources: dict[str, tuple[str, bool]]) -> dict[str, set[str]]:
             elif isinstance(node, ast.Import):
                 targets = [a.name for a in node.names]
             for t in targets:
-                while t in sources and t != name and t != "grader":
+                # a module's own packages are being imported already when it runs: not an edge
+                while t in sources and t != name and not name.startswith(t + "."):
                     deps.add(t)
                     t = t.rpartition(".")[0]
         graph[name] = deps
