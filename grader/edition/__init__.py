@@ -9,16 +9,17 @@ generators). In their place:
 
 - ``grader/public/<lab>.json``, the public cases of every CPU part as (arguments, expected
   answer). They are recorded at release time by running the lab's own grading function, in
-  public mode, on a stand-in submission that records what it is asked, so they are exactly the
-  grader's public cases. Two parts whose grading functions do more than call the submission on
-  tables (lab 3's layouts and address patterns) are recorded by hand below, from the lab's own
-  case generators, leaving out the tile layout that answers ``transpose_smem_offset``. The
-  reference solution is graded against every table before anything is written;
-- ``grader/labs/<lab>.py``, three lines: ``GRADERS = table_graders("<lab>")`` (grader/edition/tables.py). A recorded part is
-  graded from its table, with the comparison its lab uses; a part graded by code the edition
-  ships (a default runner of grader/runners.py, which grader/labs falls back to, or a function
-  of another shipped module) is graded by that code; any other part answers "checked by the
-  course grader (not in the student edition)".
+  public mode, on a stand-in submission, under ``grading.recording`` (the case helpers hand
+  their tables over instead of grading), so they are exactly the grader's public cases. Parts
+  whose grading functions do more than grade tables of calls (Lab 3's layouts and address
+  patterns, Lab 6's softmax steps) are recorded by their lab's own ``PUBLIC_TABLES`` hook; Lab
+  3's leaves out the tile layout that answers ``transpose_smem_offset``. The reference solution
+  is graded against every table before anything is written;
+- ``grader/labs/<lab>.py``, three lines: ``GRADERS = table_graders("<lab>")``
+  (grader/edition/tables.py). A recorded part is graded from its table, with the comparison its
+  lab uses; a part graded by code the edition ships (a default runner of grader/runners.py, which
+  grader/dispatch.py falls back to, or a function of another shipped module) is graded by that
+  code; any other part answers "checked by the course grader (not in the student edition)".
 
 Lecture figures that are drawn from the references (a ``figures.py`` importing ``grader.labs``)
 are shipped drawn, without their script. A few shared files are copied with small edits

@@ -14,7 +14,7 @@ import sys
 import tempfile
 
 from .. import sandbox, spec
-from .tables import TableOffset, encode, grade_from_table
+from .tables import encode, grade_from_table
 
 
 REPO_ROOT = sandbox.REPO_ROOT
@@ -180,107 +180,15 @@ def _capture(lab_module, lab: str, part, ctx) -> dict:
     return {"checks": checks, "extras": rec.extras}
 
 
-# Parts whose grading functions do more than tables of calls: recorded here, by hand, from the
-# lab's own case generators and references. Best effort: a part these no longer fit (its lab
-# changed) is left to the course grader, with a warning.
-
-def _lab3_layouts(L, lab, part, ctx) -> dict:
-    """Lab 3 a_layouts: each layout function's answer, evaluated at the grader's elements."""
-    from tvm.tirx.layout import tmem_datapath_layout, wg_local_layout
-
-    from .. import inputs
-    r = inputs.rng(L.LAB, ctx.part.id + "-elements", ctx.seed)
-    checks = []   # (function, args, shape, expect(i, j))
-    for shape, tile in L._shape_cases(ctx, L.PUBLIC_TILED, L._random_tile):
-        checks.append(("layout_row_major", (shape,), shape,
-                       lambda i, j, s=shape: L._nonzero({"m": L.ref_row_major(i, j, s)})))
-        checks.append(("layout_col_major", (shape,), shape,
-                       lambda i, j, s=shape: L._nonzero({"m": L.ref_col_major(i, j, s)})))
-        checks.append(("layout_tiled", (shape, tile), shape,
-                       lambda i, j, s=shape, t=tile: L._nonzero({"m": L.ref_tiled(i, j, s, t)})))
-    for shape, eb, sw in L._shape_cases(ctx, L.PUBLIC_SWIZZLED, L._random_swizzle):
-        lib = L.lib_swizzled(shape, eb, sw)
-        checks.append(("layout_swizzled", (shape, eb, sw), shape, lambda i, j, s=shape, x=lib: L.evaluate(x, i, j, s)))
-    checks.append(("layout_mma_fragment", (), (8, 8), lambda i, j: L._nonzero(L.ref_fragment(i, j))))
-    for cols in (8, 64, 256):
-        lib = wg_local_layout(cols)
-        checks.append(("layout_warpgroup_rows", (cols,), (128, cols),
-                       lambda i, j, s=(128, cols), x=lib: L.evaluate(x, i, j, s)))
-        lib = tmem_datapath_layout("D", 128, 2 * cols)
-        checks.append(("layout_tmem_accumulator", (2 * cols,), (128, 2 * cols),
-                       lambda i, j, s=(128, 2 * cols), x=lib: L.evaluate(x, i, j, s)))
-    cases: dict[str, list] = {}
-    for fn, args, shape, expect in checks:
-        points = [[i, j, expect(i, j)] for i, j in L._elements(shape, r, 64)]
-        cases.setdefault(fn, []).append([[encode(a) for a in args], {"shape": list(shape), "points": points}])
-    return {"checks": [{"fn": fn, "compare": {"kind": "layout"}, "cases": c} for fn, c in cases.items()],
-            "extras": []}
-
-
-def _lab3_patterns(L, lab, part, ctx) -> dict:
-    """Lab 3 b_patterns: the address lists on the grader's public layouts, except the transpose
-    layout (the answer of transpose_smem_offset), and the shape of transpose_smem_offset."""
-    from .. import inputs
-    r = inputs.rng(L.LAB, ctx.part.id, ctx.seed)
-    fixed = [("addresses_rows", (0,)), ("addresses_column", (0, 0)), ("addresses_gather", (0, 0))]
-    refs = {"addresses_rows": L.ref_addresses_rows, "addresses_column": L.ref_addresses_column,
-            "addresses_gather": L.ref_addresses_gather}
-    offsets = L._pattern_offsets(r)
-    shape = (L.TILE_ROWS, L.TILE_COLS)
-    cells = [(i, j) for i in range(shape[0]) for j in range(shape[1])]
-    answer = [int(L.ref_transpose_offset(i, j)) for i, j in cells]
-    tables, cases = {}, {}
-    for name, off in offsets.items():
-        calls = list(fixed) if name != "random chunk permutation" else []
-        for _ in range(2):
-            calls.append(("addresses_rows", (4 * r.randrange(15),)))
-            calls.append(("addresses_column", (r.choice([0, 8, 16, 32]), r.randrange(8))))
-            calls.append(("addresses_gather", (4 * r.randrange(16), r.randrange(8))))
-        values = [int(off(i, j)) for i, j in cells]
-        if values == answer:          # the answer of transpose_smem_offset: not shipped
-            continue
-        tables[name] = {"shape": list(shape), "values": values}
-        ref_off = TableOffset(name, shape, tables[name]["values"])
-        for fn, args in calls:
-            cases.setdefault(fn, []).append([[encode(ref_off)] + [encode(a) for a in args],
-                                             encode(refs[fn](off, *args))])
-    return {"checks": [{"fn": fn, "compare": {"kind": "same"}, "cases": c} for fn, c in cases.items()],
-            "offsets": tables,
-            "extras": [{"kind": "chunked_bijection", "fn": "transpose_smem_offset", "shape": list(shape), "chunk": 8}],
-            "note": "the address patterns on your transpose layout are checked by the course grader"}
-
-
-def _lab6_softmax(L, lab, part, ctx) -> dict:
-    """Lab 6 a_softmax: every call the course grader makes on the public cases, with the trusted
-    answer: softmax_step block by block (each from the reference state before it), then
-    softmax_finish, and attention_head."""
-    import numpy as np
-
-    def plain(x):
-        return {k: np.asarray(v, dtype=np.float64).tolist() for k, v in x.items()}
-    cases: dict[str, list] = {}
-
-    def add(fn, args, expected):
-        cases.setdefault(fn, []).append([[encode(a) for a in args], encode(plain(expected))])
-    for kind, args in L.softmax_cases(ctx):
-        if kind == "steps":
-            state, t, v, block_n, threshold = args
-            tt = np.asarray(t, dtype=np.float64).reshape(len(t), len(v))
-            for j0, j1 in L._blocks(len(v), block_n):
-                call = (state, tt[:, j0:j1].tolist(), v[j0:j1], threshold)
-                expected = plain(L.ref_softmax_step(*call))
-                add("softmax_step", call, expected)
-                state = expected
-            add("softmax_finish", (state,), L.ref_softmax_finish(state))
-        else:
-            add("attention_head", args, L.ref_attention_head(*args))
-    return {"checks": [{"fn": fn, "compare": _comparison(lab, part, fn), "cases": c} for fn, c in cases.items()],
-            "extras": []}
-
-
-RECORDERS = {("lab3_layout_swizzle", "a_layouts"): _lab3_layouts,
-             ("lab3_layout_swizzle", "b_patterns"): _lab3_patterns,
-             ("lab6_flash_attention", "a_softmax"): _lab6_softmax}
+def _own_tables(recorder, lab: str, part, ctx) -> dict:
+    """A part whose lab records its public cases itself (the hook ``PUBLIC_TABLES``): the lab's
+    recorder is given the table toolkit (grader/edition/tables.py) and the public context; a
+    check that names no comparison gets the lab's from ``COMPARISONS``."""
+    from . import tables
+    entry = recorder(ctx, tables)
+    for check in entry["checks"]:
+        check.setdefault("compare", _comparison(lab, part, check["fn"]))
+    return entry
 
 
 def _lab_modules() -> set[str]:
@@ -307,19 +215,20 @@ def record_lab(lab: str, progress=print) -> dict:
         entry = None
         if not part.needs_gpu and part.kind in ("function", "artifact") and part.id in own:
             ctx = _public_context(lab_spec, part)
-            recorder = RECORDERS.get((lab, part.id))
+            recorder = getattr(lab_module, "PUBLIC_TABLES", {}).get(part.id)
             try:
-                entry = recorder(lab_module, lab, part, ctx) if recorder else _capture(lab_module, lab, part, ctx)
+                entry = _own_tables(recorder, lab, part, ctx) if recorder else _capture(lab_module, lab, part, ctx)
             except _NotRecordable:
+                if recorder:
+                    raise
                 entry = None
             except (AttributeError, KeyError, TypeError) as e:
                 if not recorder:
                     raise
-                progress(f"  warning: {lab}/{part.id}: the hand-written recorder no longer fits the lab ({e}); "
-                         "left to the course grader")
+                raise ReleaseError(f"{lab}/{part.id}: its PUBLIC_TABLES recorder failed: {type(e).__name__}: {e}") from e
         if entry is not None:
             table["parts"][part.id] = entry
-            if (lab, part.id) in RECORDERS:
+            if recorder:
                 table["hand_recorded"].append(part.id)
             continue
         target = _shipped_target(own.get(part.id))

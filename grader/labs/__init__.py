@@ -17,6 +17,10 @@ The hooks a lab module offers, by name:
   (grader/edition/) records the public ones at release time by running the function in public
   mode under ``grading.recording``, so a new CPU question graded this way needs only its
   comparison named in ``COMPARISONS`` of grader/edition/release.py.
+- ``PUBLIC_TABLES``: part id -> ``record(ctx, tables) -> entry``, for a CPU part whose grading
+  does more than tables of calls: the lab records the part's public cases itself, with the table
+  toolkit ``tables`` (grader/edition/tables.py) it is handed, from its own case generators and
+  references (Lab 3's layouts and address patterns, Lab 6's softmax steps).
 - ``ref_*``: the reference answers. Lecture figure scripts may draw from them; they are never
   shipped to students (the edition replaces this module by ``GRADERS = table_graders(lab)``).
 

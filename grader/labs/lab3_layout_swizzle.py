@@ -496,6 +496,77 @@ def check_swizzle_figure(axes: list[dict], swizzle_bytes: int) -> tuple[bool, st
     return False, (f"no image shows the chunk stored at each position of the {swizzle_bytes}-byte swizzle "
                    f"(an 8 x {n} grid, as swizzle_chunks gives it, inverted per row)")
 
+# ---------------------------------------------------------------- the student edition's public tables
+# Parts whose grading functions do more than grade tables of calls record their public cases
+# here (the hook PUBLIC_TABLES, called by grader/edition/release.py with the public context and
+# the table toolkit grader/edition/tables.py), from this lab's own case generators and references.
+
+def public_layouts(ctx, tables) -> dict:
+    """Lab 3 a_layouts: each layout function's answer, evaluated at the grader's elements."""
+    from tvm.tirx.layout import tmem_datapath_layout, wg_local_layout
+
+    r = inputs.rng(LAB, ctx.part.id + "-elements", ctx.seed)
+    checks = []   # (function, args, shape, expect(i, j))
+    for shape, tile in _shape_cases(ctx, PUBLIC_TILED, _random_tile):
+        checks.append(("layout_row_major", (shape,), shape,
+                       lambda i, j, s=shape: _nonzero({"m": ref_row_major(i, j, s)})))
+        checks.append(("layout_col_major", (shape,), shape,
+                       lambda i, j, s=shape: _nonzero({"m": ref_col_major(i, j, s)})))
+        checks.append(("layout_tiled", (shape, tile), shape,
+                       lambda i, j, s=shape, t=tile: _nonzero({"m": ref_tiled(i, j, s, t)})))
+    for shape, eb, sw in _shape_cases(ctx, PUBLIC_SWIZZLED, _random_swizzle):
+        lib = lib_swizzled(shape, eb, sw)
+        checks.append(("layout_swizzled", (shape, eb, sw), shape, lambda i, j, s=shape, x=lib: evaluate(x, i, j, s)))
+    checks.append(("layout_mma_fragment", (), (8, 8), lambda i, j: _nonzero(ref_fragment(i, j))))
+    for cols in (8, 64, 256):
+        lib = wg_local_layout(cols)
+        checks.append(("layout_warpgroup_rows", (cols,), (128, cols),
+                       lambda i, j, s=(128, cols), x=lib: evaluate(x, i, j, s)))
+        lib = tmem_datapath_layout("D", 128, 2 * cols)
+        checks.append(("layout_tmem_accumulator", (2 * cols,), (128, 2 * cols),
+                       lambda i, j, s=(128, 2 * cols), x=lib: evaluate(x, i, j, s)))
+    cases: dict[str, list] = {}
+    for fn, args, shape, expect in checks:
+        points = [[i, j, expect(i, j)] for i, j in _elements(shape, r, 64)]
+        cases.setdefault(fn, []).append([[tables.encode(a) for a in args], {"shape": list(shape), "points": points}])
+    return {"checks": [{"fn": fn, "compare": {"kind": "layout"}, "cases": c} for fn, c in cases.items()],
+            "extras": []}
+
+
+def public_patterns(ctx, tables) -> dict:
+    """Lab 3 b_patterns: the address lists on the grader's public layouts, except the transpose
+    layout (the answer of transpose_smem_offset), and the shape of transpose_smem_offset."""
+    r = inputs.rng(LAB, ctx.part.id, ctx.seed)
+    fixed = [("addresses_rows", (0,)), ("addresses_column", (0, 0)), ("addresses_gather", (0, 0))]
+    refs = {"addresses_rows": ref_addresses_rows, "addresses_column": ref_addresses_column,
+            "addresses_gather": ref_addresses_gather}
+    offsets = _pattern_offsets(r)
+    shape = (TILE_ROWS, TILE_COLS)
+    cells = [(i, j) for i in range(shape[0]) for j in range(shape[1])]
+    answer = [int(ref_transpose_offset(i, j)) for i, j in cells]
+    offsets_shipped, cases = {}, {}
+    for name, off in offsets.items():
+        calls = list(fixed) if name != "random chunk permutation" else []
+        for _ in range(2):
+            calls.append(("addresses_rows", (4 * r.randrange(15),)))
+            calls.append(("addresses_column", (r.choice([0, 8, 16, 32]), r.randrange(8))))
+            calls.append(("addresses_gather", (4 * r.randrange(16), r.randrange(8))))
+        values = [int(off(i, j)) for i, j in cells]
+        if values == answer:          # the answer of transpose_smem_offset: not shipped
+            continue
+        offsets_shipped[name] = {"shape": list(shape), "values": values}
+        ref_off = tables.TableOffset(name, shape, offsets_shipped[name]["values"])
+        for fn, args in calls:
+            cases.setdefault(fn, []).append([[tables.encode(ref_off)] + [tables.encode(a) for a in args],
+                                             tables.encode(refs[fn](off, *args))])
+    return {"checks": [{"fn": fn, "compare": {"kind": "same"}, "cases": c} for fn, c in cases.items()],
+            "offsets": offsets_shipped,
+            "extras": [{"kind": "chunked_bijection", "fn": "transpose_smem_offset", "shape": list(shape), "chunk": 8}],
+            "note": "the address patterns on your transpose layout are checked by the course grader"}
+
+
+PUBLIC_TABLES = {"a_layouts": public_layouts, "b_patterns": public_patterns}
+
 
 GRADERS = {
     "a_index": grade_index,

@@ -481,6 +481,39 @@ def grade_budget(module, ctx: Context) -> Outcome:
                          "tmem": ("block_n", "head_dim", "q_stages"),
                          "barriers": ("arch", "block_m", "block_n", "head_dim", "consumers")})
 
+# ---------------------------------------------------------------- the student edition's public tables
+# Parts whose grading functions do more than grade tables of calls record their public cases
+# here (the hook PUBLIC_TABLES, called by grader/edition/release.py with the public context and
+# the table toolkit grader/edition/tables.py), from this lab's own case generators and references.
+
+def public_softmax(ctx, tables) -> dict:
+    """Lab 6 a_softmax: every call the course grader makes on the public cases, with the trusted
+    answer: softmax_step block by block (each from the reference state before it), then
+    softmax_finish, and attention_head."""
+    def plain(x):
+        return {k: np.asarray(v, dtype=np.float64).tolist() for k, v in x.items()}
+    cases: dict[str, list] = {}
+
+    def add(fn, args, expected):
+        cases.setdefault(fn, []).append([[tables.encode(a) for a in args], tables.encode(plain(expected))])
+    for kind, args in softmax_cases(ctx):
+        if kind == "steps":
+            state, t, v, block_n, threshold = args
+            tt = np.asarray(t, dtype=np.float64).reshape(len(t), len(v))
+            for j0, j1 in _blocks(len(v), block_n):
+                call = (state, tt[:, j0:j1].tolist(), v[j0:j1], threshold)
+                expected = plain(ref_softmax_step(*call))
+                add("softmax_step", call, expected)
+                state = expected
+            add("softmax_finish", (state,), ref_softmax_finish(state))
+        else:
+            add("attention_head", args, ref_attention_head(*args))
+    return {"checks": [{"fn": fn, "cases": c} for fn, c in cases.items()],
+            "extras": []}
+
+
+PUBLIC_TABLES = {"a_softmax": public_softmax}
+
 
 GRADERS = {
     "a_softmax": grade_softmax,
