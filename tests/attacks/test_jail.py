@@ -170,15 +170,17 @@ def test_include_tricks_read_nothing_outside_the_jail(tmp_path, monkeypatch):
     monkeypatch.setattr(spec, "load", lambda name: slow)
     sol = os.path.join(ROOT, "solutions", "lab1_roofline", "lab1_roofline.ipynb")
     spellings = [f'# /* */ include "{sol}"', f'#inc\\\nlude "{sol}"', f'%:include "/proc/{os.getpid()}/environ"']
-    body = ("from grader import toolchain\nreached = 0\n"
-            f"for inc in {spellings!r}:\n"
-            "    try:\n"
-            "        toolchain.nvrtc_ptx(inc + '\\n__global__ void k() {}\\n', 'sm_90a')\n"
-            "        reached += 1\n"
-            "    except Exception as e:\n"
-            "        reached += 'cannot open source file' not in str(e)\n"
-            "return -1 - 1000 * reached")
-    r = _grade(_notebook(tmp_path, body))["a_flops"]
+    body = ("from grader import toolchain\ng = globals()\n"
+            "if 'reached' not in g:                  # tried at the first case only\n"
+            "    g['reached'] = 0\n"
+            f"    for inc in {spellings!r}:\n"
+            "        try:\n"
+            "            toolchain.nvrtc_ptx(inc + '\\n__global__ void k() {}\\n', 'sm_90a')\n"
+            "            g['reached'] += 1\n"
+            "        except Exception as e:\n"
+            "            g['reached'] += 'cannot open source file' not in str(e)\n"
+            "return -1 - 1000 * g['reached']")
+    r = _grade(_notebook(tmp_path, body), parts=("a_flops",))["a_flops"]
     assert "got -1," in r.message, r.message
 
 
