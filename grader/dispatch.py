@@ -3,35 +3,50 @@ processes (grader/run.py), the GPU harness (grader/harness.py), the notebook's c
 (grader/notebook.py) and the tests.
 
 A lab's module (grader/labs/<lab>.py, its hooks described in grader/labs/__init__.py) may give a
-part its own grading function in ``GRADERS``; every other part is graded by the default runner
-of its kind (grader/runners.py): a kernel part that names its problem (grader/problems.py) by
-the shared correctness or speed runner, a build part by ``grading.build_part``."""
+part its own grading function in ``GRADERS``, or declare a CPU question as data in ``QUESTIONS``
+(graded by ``grading.grade_question``); every other part is graded by the default runner of its
+kind (grader/runners.py): a kernel part that names its problem (grader/problems.py) by the
+shared correctness or speed runner, a build part by ``grading.build_part``."""
 from __future__ import annotations
 
+import functools
 import importlib
 from typing import Callable
 
-from . import runners
+from . import grading, runners
 from .context import Context, Outcome
 
 
-def lab_graders(lab: str) -> dict[str, Callable[..., Outcome]]:
-    """The lab module's ``GRADERS`` ({} for a lab made of declared parts only)."""
-    name = f"grader.labs.{lab}"
+def _hook(lab: str, name: str) -> dict:
+    module_name = f"grader.labs.{lab}"
     try:
-        mod = importlib.import_module(name)
+        mod = importlib.import_module(module_name)
     except ModuleNotFoundError as e:
-        if e.name != name:
+        if e.name != module_name:
             raise
-        return {}
-    return getattr(mod, "GRADERS", {})
+        return {}                      # a lab made of declared parts only
+    return getattr(mod, name, {})
+
+
+def lab_graders(lab: str) -> dict[str, Callable[..., Outcome]]:
+    """The lab module's ``GRADERS``: its own grading functions."""
+    return _hook(lab, "GRADERS")
+
+
+def lab_questions(lab: str) -> dict[str, grading.Question]:
+    """The lab module's ``QUESTIONS``: CPU questions declared as data."""
+    return _hook(lab, "QUESTIONS")
 
 
 def grading_function(lab: str, part) -> Callable[..., Outcome]:
-    """The lab's own function for ``part``, else the default runner of the part's kind."""
+    """The lab's own function for ``part``, else its declared question's runner, else the default
+    runner of the part's kind."""
     fn = lab_graders(lab).get(part.id)
     if fn is not None:
         return fn
+    question = lab_questions(lab).get(part.id)
+    if question is not None:
+        return functools.partial(grading.grade_question, question)
     fn = runners.default_for(part)
     if fn is None:
         extra = " (a kernel part must name its problem in params)" if part.kind == "kernel" else ""

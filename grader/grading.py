@@ -116,6 +116,26 @@ def _call_label(name: str, params: tuple[str, ...]):
     return lambda *args: f"{name}(" + ", ".join(f"{p}={a!r}" for p, a in zip(params, args)) + ")"
 
 
+@dataclasses.dataclass(frozen=True)
+class Question:
+    """A CPU question declared as data (a lab module's ``QUESTIONS``), graded by
+    :func:`grade_question` with no code of the lab's own: ``cases(ctx)`` gives the (kind, args)
+    calls, the public ones first (only those when ``ctx.public_only``); ``answers[kind]`` the
+    trusted answer of a call; ``params[kind]`` the argument names shown in messages. The
+    student's functions are the part's ``params["functions"]`` in the order of ``answers``.
+    ``compare`` names how answers are compared, the same in the student edition: ``"same"``
+    (:func:`same_answer`)."""
+    cases: Callable[[Context], list]
+    answers: dict[str, Callable]
+    params: dict[str, tuple]
+    compare: str = "same"
+
+
+def grade_question(question: Question, module, ctx: Context) -> Outcome:
+    """The default runner of a declared CPU question."""
+    return grade_table(module, ctx, question.cases, question.answers, question.params)
+
+
 def grade_table(module, ctx: Context, case_fn: Callable[[Context], list], refs: dict, params: dict) -> Outcome:
     """Grade the part's student functions (``params["functions"]`` of the spec, in the order of
     ``refs``) on (kind, args) cases: ``refs[kind]`` gives the expected answer (computed here, by

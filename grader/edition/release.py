@@ -13,7 +13,7 @@ import subprocess
 import sys
 import tempfile
 
-from .. import sandbox, spec
+from .. import dispatch, sandbox, spec
 from .tables import encode, grade_from_table
 
 
@@ -21,17 +21,15 @@ REPO_ROOT = sandbox.REPO_ROOT
 SOLUTIONS = os.path.join(REPO_ROOT, "solutions")
 MARKER = ".student-edition"
 
-# How each lab compares an answer with the expected one, per student function ("*": the rest).
-# "close" and "time_bound" use the part's params["rel_tol"], "allclose" (dictionaries of arrays)
-# also its params["abs_tol"]. A new lab adds its line here.
+# How a lab's own grading functions (GRADERS) compare an answer with the expected one, per
+# student function ("*": the rest). "close" and "time_bound" use the part's params["rel_tol"],
+# "allclose" (dictionaries of arrays) also its params["abs_tol"]. A question declared in a lab's
+# QUESTIONS names its comparison itself, and a PUBLIC_TABLES recorder may name its own.
 COMPARISONS = {
     "lab1_roofline": {"predict": "time_bound", "*": "close"},
     "lab2_tma": {"*": "same"},
     "lab3_layout_swizzle": {"swizzle_chunks": "int_rows", "*": "int"},
     "lab4_gemm": {"same_tiles": "same_sorted", "*": "same"},
-    "lab5_gemm_pipeline": {"*": "same"},
-    "lab6_flash_attention": {"softmax_step": "allclose", "softmax_finish": "allclose",
-                             "attention_head": "allclose", "*": "same"},
 }
 
 # Edits to copies of shared files, so that they fit the edition: (path, old, new, why, required).
@@ -165,16 +163,17 @@ class _CaseRecorder:
         return []
 
 
-def _capture(lab_module, lab: str, part, ctx) -> dict:
-    """Run the part's grading function in public mode on a stand-in submission, its tables of
-    calls and figure calls recorded (``grading.recording``) instead of graded."""
+def _capture(grade, compare, part, ctx) -> dict:
+    """Run the part's grading function ``grade`` in public mode on a stand-in submission, its
+    tables of calls and figure calls recorded (``grading.recording``) instead of graded;
+    ``compare(fn)``: how the answers of the student's function ``fn`` are compared."""
     from .. import grading
     standin = _StandIn()
     with grading.recording(_CaseRecorder(standin)) as rec:
-        lab_module.GRADERS[part.id](standin, ctx)
+        grade(standin, ctx)
     if standin.misused or not rec.cases:
         raise _NotRecordable("the grading function calls the submission outside its tables of cases")
-    checks = [{"fn": fn, "compare": _comparison(lab, part, fn),
+    checks = [{"fn": fn, "compare": compare(fn),
                "cases": [[[encode(a) for a in args], encode(exp)] for args, exp in table]}
               for fn, table in rec.cases.items()]
     return {"checks": checks, "extras": rec.extras}
@@ -187,7 +186,8 @@ def _own_tables(recorder, lab: str, part, ctx) -> dict:
     from . import tables
     entry = recorder(ctx, tables)
     for check in entry["checks"]:
-        check.setdefault("compare", _comparison(lab, part, check["fn"]))
+        if "compare" not in check:
+            check["compare"] = _comparison(lab, part, check["fn"])
     return entry
 
 
@@ -209,15 +209,21 @@ def record_lab(lab: str, progress=print) -> dict:
     lab_module = importlib.import_module(f"grader.labs.{lab}")
     lab_spec = spec.load(lab)
     own = getattr(lab_module, "GRADERS", {})
+    questions = getattr(lab_module, "QUESTIONS", {})
     table = {"lab": lab, "format": 1, "parts": {}, "shipped": {}, "default_runner": [], "course_grader_only": [],
              "hand_recorded": []}
     for part in lab_spec.parts:
         entry = None
-        if not part.needs_gpu and part.kind in ("function", "artifact") and part.id in own:
+        if not part.needs_gpu and part.kind in ("function", "artifact") and (part.id in own or part.id in questions):
             ctx = _public_context(lab_spec, part)
             recorder = getattr(lab_module, "PUBLIC_TABLES", {}).get(part.id)
+            question = questions.get(part.id)
+            if question is not None:       # declared: its comparison with it
+                grade, compare = dispatch.grading_function(lab, part), (lambda fn, q=question: {"kind": q.compare})
+            else:
+                grade, compare = own[part.id], (lambda fn, part=part: _comparison(lab, part, fn))
             try:
-                entry = _own_tables(recorder, lab, part, ctx) if recorder else _capture(lab_module, lab, part, ctx)
+                entry = _own_tables(recorder, lab, part, ctx) if recorder else _capture(grade, compare, part, ctx)
             except _NotRecordable:
                 if recorder:
                     raise
@@ -234,7 +240,7 @@ def record_lab(lab: str, progress=print) -> dict:
         target = _shipped_target(own.get(part.id))
         if target:
             table["shipped"][part.id] = target
-        elif part.id not in own and _has_default_runner(lab, part):
+        elif part.id not in own and part.id not in questions and _has_default_runner(lab, part):
             table["default_runner"].append(part.id)
         else:
             table["course_grader_only"].append(part.id)
@@ -244,7 +250,6 @@ def record_lab(lab: str, progress=print) -> dict:
 def _has_default_runner(lab: str, part) -> bool:
     """Graded by the default runner of its kind (grader/runners.py, shipped), as grader/dispatch.py
     falls back to for a part its lab module leaves out."""
-    from .. import dispatch
     try:
         dispatch.grading_function(lab, part)
     except KeyError:

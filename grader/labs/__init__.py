@@ -11,7 +11,12 @@ The hooks a lab module offers, by name:
   (read by grader/dispatch.py, the one dispatch). ``submission`` gives the student's functions
   as attributes (``grading.student(submission, name)``); ``ctx`` (grader/context.py) gives the
   part's spec, the seed, the device and whether only the public cases run.
-- Tables of calls go through ``grading.grade_cases(fn, [(args, expected), ...], same, label,
+- ``QUESTIONS``: part id -> ``grading.Question(cases, answers=..., params=...)``, a CPU question
+  declared as data: its calls (public ones first), the trusted answer of each kind of call, the
+  argument names for messages and the comparison. Graded by ``grading.grade_question`` and
+  recorded for the student edition with no code of the lab's own (Labs 5 and 6 declare theirs
+  this way).
+- Tables of calls in the labs' own functions go through ``grading.grade_cases(fn, [(args, expected), ...], same, label,
   public)`` (the first ``public`` cases are public, the rest hidden), ``grading.grade_named``
   (one table over several functions) and ``grading.figure``. The student edition
   (grader/edition/) records the public ones at release time by running the function in public

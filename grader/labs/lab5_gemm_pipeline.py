@@ -181,9 +181,6 @@ def ref_stage_counts(cm: int, cn: int, blk_m: int, blk_n: int, blk_k: int, dtype
 _hidden = grading.hidden_count
 
 
-_grade_table = grading.grade_table
-
-
 # ---------------------------------------------------------------- part a: the ring
 
 def ring_cases(ctx: Context) -> list[tuple]:
@@ -208,11 +205,6 @@ def ring_cases(ctx: Context) -> list[tuple]:
     return cases
 
 
-def grade_ring(module, ctx: Context) -> Outcome:
-    return _grade_table(module, ctx, ring_cases,
-                        {"waits": ref_persistent_waits, "run": ref_ring_run},
-                        {"waits": ("stages", "k_tiles", "cta", "grid", "num_tiles"),
-                         "run": ("stages", "loads", "producer_start", "consumer_start")})
 
 
 # ---------------------------------------------------------------- part b: registers
@@ -268,11 +260,6 @@ def regs_cases(ctx: Context) -> list[tuple]:
     return cases
 
 
-def grade_regs(module, ctx: Context) -> Outcome:
-    return _grade_table(module, ctx, regs_cases,
-                        {"check": ref_setmaxnreg_check, "fit": ref_accumulator_fit},
-                        {"check": ("roles", "launch_regs", "targets"),
-                         "fit": ("block_m", "block_n", "consumers", "regs", "headroom")})
 
 
 # ---------------------------------------------------------------- part c: the tile scheduler
@@ -309,11 +296,6 @@ def sched_cases(ctx: Context) -> list[tuple]:
     return cases
 
 
-def grade_sched(module, ctx: Context) -> Outcome:
-    return _grade_table(module, ctx, sched_cases,
-                        {"tile": ref_grouped_tile, "bytes": ref_dram_bytes},
-                        {"tile": ("t", "m_tiles", "n_tiles", "group"),
-                         "bytes": ("M", "N", "K", "blk_m", "blk_n", "group", "ctas", "l2_bytes")})
 
 
 # ---------------------------------------------------------------- part d: clusters
@@ -336,11 +318,6 @@ def cluster_cases(ctx: Context) -> list[tuple]:
     return cases
 
 
-def grade_cluster(module, ctx: Context) -> Outcome:
-    return _grade_table(module, ctx, cluster_cases,
-                        {"plan": ref_multicast_plan, "counts": ref_stage_counts},
-                        {"plan": ("cm", "cn", "rank", "blk_m", "blk_n"),
-                         "counts": ("cm", "cn", "blk_m", "blk_n", "blk_k", "dtype_bytes", "consumers")})
 
 
 # ---------------------------------------------------------------- the wgmma accumulator hazard
@@ -366,11 +343,30 @@ def grade_sass(module, ctx: Context) -> Outcome:
     return lab4_gemm.grade_sass(_WithSMCount(module, p.get("persistent", ()), num_sms), ctx)
 
 
+QUESTIONS = {   # CPU questions declared as data: graded by grading.grade_question (grader/dispatch.py)
+    "a_ring": grading.Question(
+        ring_cases,
+        answers={"waits": ref_persistent_waits, "run": ref_ring_run},
+        params={"waits": ("stages", "k_tiles", "cta", "grid", "num_tiles"),
+                "run": ("stages", "loads", "producer_start", "consumer_start")}),
+    "b_regs": grading.Question(
+        regs_cases,
+        answers={"check": ref_setmaxnreg_check, "fit": ref_accumulator_fit},
+        params={"check": ("roles", "launch_regs", "targets"),
+                "fit": ("block_m", "block_n", "consumers", "regs", "headroom")}),
+    "c_sched": grading.Question(
+        sched_cases,
+        answers={"tile": ref_grouped_tile, "bytes": ref_dram_bytes},
+        params={"tile": ("t", "m_tiles", "n_tiles", "group"),
+                "bytes": ("M", "N", "K", "blk_m", "blk_n", "group", "ctas", "l2_bytes")}),
+    "d_cluster": grading.Question(
+        cluster_cases,
+        answers={"plan": ref_multicast_plan, "counts": ref_stage_counts},
+        params={"plan": ("cm", "cn", "rank", "blk_m", "blk_n"),
+                "counts": ("cm", "cn", "blk_m", "blk_n", "blk_k", "dtype_bytes", "consumers")}),
+}
+
 GRADERS = {
-    "a_ring": grade_ring,
-    "b_regs": grade_regs,
-    "c_sched": grade_sched,
-    "d_cluster": grade_cluster,
     "sass_hazard": grade_sass,
     # s5..s9_build_sm90/_sm100: grading.build_part; s5..s9_correct and the speed parts: problem
     # "gemm" (grader/problems.py), graded by grader/runners.py with the builder of the GPU's track

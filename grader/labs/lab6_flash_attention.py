@@ -350,9 +350,6 @@ def grade_softmax(module, ctx: Context) -> Outcome:
 _hidden = grading.hidden_count
 
 
-_grade_table = grading.grade_table
-
-
 # ---------------------------------------------------------------- part b: causal blocks
 
 def causal_cases(ctx: Context) -> list[tuple]:
@@ -385,11 +382,6 @@ def causal_cases(ctx: Context) -> list[tuple]:
     return cases
 
 
-def grade_causal(module, ctx: Context) -> Outcome:
-    return _grade_table(module, ctx, causal_cases,
-                        {"blocks": ref_causal_blocks, "work": ref_causal_work},
-                        {"blocks": ("seq_q", "seq_k", "block_m", "block_n", "m_block", "causal"),
-                         "work": ("seq_q", "seq_k", "block_m", "block_n", "causal")})
 
 
 # ---------------------------------------------------------------- part c: GQA
@@ -424,12 +416,6 @@ def gqa_cases(ctx: Context) -> list[tuple]:
     return cases
 
 
-def grade_gqa(module, ctx: Context) -> Outcome:
-    return _grade_table(module, ctx, gqa_cases,
-                        {"row": ref_packed_row, "box": ref_q_box, "cost": ref_attention_cost},
-                        {"row": ("row", "tile", "kv_head", "group", "rows"),
-                         "box": ("batch", "tile", "kv_head", "group", "rows", "head_dim", "seq_q"),
-                         "cost": ("batch", "seq_q", "seq_k", "heads_q", "heads_kv", "head_dim", "causal")})
 
 
 # ---------------------------------------------------------------- part d: budgets
@@ -473,13 +459,6 @@ def budget_cases(ctx: Context) -> list[tuple]:
     return cases
 
 
-def grade_budget(module, ctx: Context) -> Outcome:
-    return _grade_table(module, ctx, budget_cases,
-                        {"split": ref_register_split, "regs": ref_consumer_registers,
-                         "tmem": ref_tmem_columns, "barriers": ref_barrier_counts},
-                        {"split": ("warpgroups", "fixed"), "regs": ("block_m", "block_n", "head_dim", "consumers"),
-                         "tmem": ("block_n", "head_dim", "q_stages"),
-                         "barriers": ("arch", "block_m", "block_n", "head_dim", "consumers")})
 
 # ---------------------------------------------------------------- the student edition's public tables
 # Parts whose grading functions do more than grade tables of calls record their public cases
@@ -508,17 +487,36 @@ def public_softmax(ctx, tables) -> dict:
             add("softmax_finish", (state,), ref_softmax_finish(state))
         else:
             add("attention_head", args, ref_attention_head(*args))
-    return {"checks": [{"fn": fn, "cases": c} for fn, c in cases.items()],
+    how = {"kind": "allclose", "rel": float(ctx.part.params["rel_tol"]), "abs": float(ctx.part.params["abs_tol"])}
+    return {"checks": [{"fn": fn, "compare": how, "cases": c} for fn, c in cases.items()],
             "extras": []}
 
 
 PUBLIC_TABLES = {"a_softmax": public_softmax}
 
 
+QUESTIONS = {   # CPU questions declared as data: graded by grading.grade_question (grader/dispatch.py)
+    "b_causal": grading.Question(
+        causal_cases,
+        answers={"blocks": ref_causal_blocks, "work": ref_causal_work},
+        params={"blocks": ("seq_q", "seq_k", "block_m", "block_n", "m_block", "causal"),
+                "work": ("seq_q", "seq_k", "block_m", "block_n", "causal")}),
+    "c_gqa": grading.Question(
+        gqa_cases,
+        answers={"row": ref_packed_row, "box": ref_q_box, "cost": ref_attention_cost},
+        params={"row": ("row", "tile", "kv_head", "group", "rows"),
+                "box": ("batch", "tile", "kv_head", "group", "rows", "head_dim", "seq_q"),
+                "cost": ("batch", "seq_q", "seq_k", "heads_q", "heads_kv", "head_dim", "causal")}),
+    "d_budget": grading.Question(
+        budget_cases,
+        answers={"split": ref_register_split, "regs": ref_consumer_registers,
+                 "tmem": ref_tmem_columns, "barriers": ref_barrier_counts},
+        params={"split": ("warpgroups", "fixed"), "regs": ("block_m", "block_n", "head_dim", "consumers"),
+                "tmem": ("block_n", "head_dim", "q_stages"),
+                "barriers": ("arch", "block_m", "block_n", "head_dim", "consumers")}),
+}
+
 GRADERS = {
     "a_softmax": grade_softmax,
-    "b_causal": grade_causal,
-    "c_gqa": grade_gqa,
-    "d_budget": grade_budget,
     # the kernels: problem "attention" (grader/problems.py), graded by grader/runners.py
 }
