@@ -163,7 +163,7 @@ class _CaseRecorder:
         return []
 
 
-def _capture(grade, compare, part, ctx) -> dict:
+def _capture(grade, compare, ctx) -> dict:
     """Run the part's grading function ``grade`` in public mode on a stand-in submission, its
     tables of calls and figure calls recorded (``grading.recording``) instead of graded;
     ``compare(fn)``: how the answers of the student's function ``fn`` are compared."""
@@ -223,7 +223,7 @@ def record_lab(lab: str, progress=print) -> dict:
             else:
                 grade, compare = own[part.id], (lambda fn, part=part: _comparison(lab, part, fn))
             try:
-                entry = _own_tables(recorder, lab, part, ctx) if recorder else _capture(grade, compare, part, ctx)
+                entry = _own_tables(recorder, lab, part, ctx) if recorder else _capture(grade, compare, ctx)
             except _NotRecordable:
                 if recorder:
                     raise
