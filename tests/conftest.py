@@ -115,3 +115,44 @@ def grade_with_builders(lab, part_id, builders, **params):
     ctx = Context(lab_spec, part, inputs.PUBLIC_SEED, hardware.detect())
     return ctx.to_result(dispatch.grade(lab, part_id, types.SimpleNamespace(**builders), ctx))
 
+
+
+def every_part_tests(lab):
+    """The two tests each lab's folder runs (tests/<lab>/test_labN_every_part.py), one case per graded
+    part: the reference solution passes (without a GPU, a GPU part says it was skipped and why),
+    and the student version scores zero, failing with "not implemented" rather than an obscure
+    error. Each notebook is graded once per session (one lab per file, so that the labs' gradings
+    spread over the test workers)."""
+    from grader import report, spec
+    parts = [p.id for p in spec.load(lab).parts]
+    graded = {}
+
+    def results(version, device, tmp_path_factory):
+        if version not in graded:
+            nb = os.path.join(ROOT, version, lab, spec.load(lab).notebook)
+            graded[version] = grade_notebook(lab, nb, tmp_path_factory.mktemp(f"{version}-{lab}"), device)
+        return graded[version]
+
+    @pytest.mark.slow
+    @pytest.mark.parametrize("part", parts)
+    def test_solution_passes(part, device, tmp_path_factory):
+        r = results("solutions", device, tmp_path_factory)[part]
+        if r.needs_gpu and not device.present:
+            assert r.verdict == report.SKIPPED and "needs a GPU" in r.message
+        elif spec.load(lab).part(part).thresholds:
+            # Speed is recorded by the benchmark runs (reports/), not asserted here; the part must run.
+            assert r.verdict in (report.PASSED, report.PARTIAL, report.FAILED) and "ratio" in r.measurements, r.message
+        else:
+            assert r.verdict == report.PASSED, r.message
+
+    @pytest.mark.slow
+    @pytest.mark.parametrize("part", parts)
+    def test_student_version_scores_zero(part, device, tmp_path_factory):
+        r = results("assignments", device, tmp_path_factory)[part]
+        assert r.points == 0
+        if r.needs_gpu and not device.present:
+            assert r.verdict == report.SKIPPED
+        else:
+            assert r.verdict == report.FAILED and "not implemented" in r.message, r.message
+
+    return test_solution_passes, test_student_version_scores_zero

@@ -1,4 +1,4 @@
-"""Lab 1: deliberately wrong submissions are caught (tests/test_every_lab.py checks that the
+"""Lab 1: deliberately wrong submissions are caught (tests/<lab>/test_labN_every_part.py checks that the
 solution passes and the student version scores zero)."""
 import os
 

@@ -1,4 +1,4 @@
-"""Lab 2: deliberately wrong submissions are caught (tests/test_every_lab.py checks that the
+"""Lab 2: deliberately wrong submissions are caught (tests/<lab>/test_labN_every_part.py checks that the
 solution passes and the student version scores zero), including kernels whose barriers
 never complete (the grader's timeout turns the hang into a verdict)."""
 import dataclasses

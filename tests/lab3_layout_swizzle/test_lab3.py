@@ -1,5 +1,5 @@
 """Lab 3: the grader's references agree with TVM's own layouts, and deliberately wrong
-submissions are caught (tests/test_every_lab.py checks that the solution passes and the student
+submissions are caught (tests/<lab>/test_labN_every_part.py checks that the solution passes and the student
 version scores zero)."""
 import itertools
 import os

@@ -1,4 +1,4 @@
-"""Lab 4: deliberately wrong submissions are caught (tests/test_every_lab.py checks that the
+"""Lab 4: deliberately wrong submissions are caught (tests/<lab>/test_labN_every_part.py checks that the
 solution passes and the student version scores zero). Parts are graded through the worker's own
 code path in this process (conftest.grade_in_process); one test runs parts through the sandbox."""
 import os

@@ -1,5 +1,5 @@
 """Lab 5. CPU parts: the reference answers against hand-worked cases, and deliberately wrong answers
-lose points (tests/test_every_lab.py checks that the solution passes and the student version
+lose points (tests/<lab>/test_labN_every_part.py checks that the solution passes and the student version
 scores zero). Wrong functions are graded in this process by the lab's own grading functions, with
 the hidden cases; one test grades an edited notebook through the sandbox (conftest.grade_in_process).
 Kernels (steps 5-9): the spec's shapes and thresholds against what the kernels take and what was

@@ -1,7 +1,7 @@
 """Lab 6, CPU parts. The reference answers against hand-worked cases and against the course's
 attention reference, the hidden-case generators against what they must cover (rows that see no
 key, logits of 10^4, rescales on both sides of the threshold, Sq > Sk), and deliberately wrong
-answers, which lose points on the public and on the hidden cases (tests/test_every_lab.py checks
+answers, which lose points on the public and on the hidden cases (tests/<lab>/test_labN_every_part.py checks
 that the solution passes and the student version scores zero). Everything runs in this process
 except one edited notebook graded through the sandbox."""
 import json
