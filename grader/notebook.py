@@ -11,7 +11,7 @@
   same arch, the same launch plan and driver launch (build.local_kernel), the same timing code (grader/timing.py via grading.timed_ratio), and a
   speed part below full credit is measured again, best of ``run.PERF_TRIALS``.
 - ``grade(lab, part)`` is what the locked graded cells call. It is not a source of scores:
-  ``nbgrader autograde`` never runs the notebook (grader/nbgrader_autograde.py grades the saved
+  ``nbgrader autograde`` never runs the notebook (grader/classroom/nbgrader_autograde.py grades the saved
   file with ``python -m grader check`` and fills the graded cells in). Run by a student, it says
   so and repeats what the check cell above found in this kernel; it runs nothing (well under a
   second) and returns nothing.
