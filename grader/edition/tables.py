@@ -171,14 +171,9 @@ def _short(x, limit: int = 90) -> str:
 def _figure(module, extra: dict, offsets: dict) -> tuple[bool, str]:
     """The plotting function draws something; what it draws is the course grader's business."""
     from .. import grading
-    args = decode(extra["args"], offsets)
-    if hasattr(grading, "figure"):
-        axes = grading.figure(module, extra["fn"], *args)
-        drawn = any(ax.get("lines") or ax.get("points") or ax.get("images") for ax in axes)
-        msg = f"{extra['fn']} drew a figure" if drawn else f"{extra['fn']} saved no figure (or an empty one)"
-    else:  # an older grader: a readable, non-blank PNG
-        plot = grading.student(module, extra["fn"])
-        drawn, msg = grading.plotted_png(lambda path: plot(*args, path), extra["fn"])
+    axes = grading.figure(module, extra["fn"], *decode(extra["args"], offsets))
+    drawn = any(ax.get("lines") or ax.get("points") or ax.get("images") for ax in axes)
+    msg = f"{extra['fn']} drew a figure" if drawn else f"{extra['fn']} saved no figure (or an empty one)"
     return drawn, msg + "; its content is checked by the course grader"
 
 
