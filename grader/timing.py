@@ -1,4 +1,5 @@
-"""Timing: CUDA events per call, L2 overwritten before each call, warm-up, median and
+"""Timing: CUDA events per call, L2 overwritten and the GPU kept busy while the host queues the
+call (CudaEventClock), warm-up, median and
 spread, repetition until stable or out of time, a same-run baseline timed interleaved
 with the submission, clocks recorded, and a floor that rejects impossible times.
 
@@ -124,15 +125,25 @@ def sync(limit_s: float | None = None) -> None:
 
 
 class CudaEventClock:
-    """Times one call with a pair of CUDA events on the current stream."""
+    """Times one call with a pair of CUDA events on the current stream.
 
-    def __init__(self) -> None:
+    Before the start event it queues a spin of ``cover_cycles`` GPU cycles (about 0.1 ms), so
+    that the GPU is still busy when the host has queued the call: without it, a call whose host
+    side is slow (torch.matmul's dispatch on a loaded host, tens of microseconds that vary with
+    the host's load) has the GPU waiting between the events, and the wait is counted as its time.
+    """
+
+    def __init__(self, cover_cycles: int = 200_000) -> None:
         import torch
         self.torch = torch
+        self.cover_cycles = cover_cycles
+        self._spin = getattr(torch.cuda, "_sleep", None)
 
     def time_call(self, fn: Callable[[], Any]) -> float:
         torch = self.torch
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        if self._spin is not None and self.cover_cycles:
+            self._spin(self.cover_cycles)
         start.record()
         fn()
         end.record()

@@ -79,3 +79,35 @@ def test_credit_is_linear_between_floor_and_full():
 def test_clock_reading_never_raises():
     c = timing.read_clocks()
     assert "available" in c
+
+
+def test_event_clock_queues_a_spin_before_the_start_event():
+    """The GPU must still be busy when the host has queued the call, so that the host's time to
+    queue it (torch.matmul's dispatch) is not counted between the events."""
+    import types
+
+    queue, made = [], []
+
+    class Event:
+        def __init__(self, enable_timing=False):
+            self.name = ("start", "end")[len(made) % 2]
+            made.append(self)
+
+        def record(self):
+            queue.append(self.name)
+
+        def query(self):
+            return True
+
+        def elapsed_time(self, other):
+            return 2.0
+
+    fake = types.SimpleNamespace(cuda=types.SimpleNamespace(Event=Event, _sleep=lambda n: queue.append(("spin", n))))
+    clock = timing.CudaEventClock.__new__(timing.CudaEventClock)
+    clock.torch, clock.cover_cycles, clock._spin = fake, 1000, fake.cuda._sleep
+    assert clock.time_call(lambda: queue.append("call")) == pytest.approx(2e-3)
+    assert queue == [("spin", 1000), "start", "call", "end"]
+    queue.clear()
+    clock.cover_cycles = 0
+    clock.time_call(lambda: queue.append("call"))
+    assert queue == ["start", "call", "end"]
