@@ -1,7 +1,7 @@
 """Timing: CUDA events per call, L2 overwritten and the GPU kept busy while the host queues the
-call (CudaEventClock), warm-up, median and
-spread, repetition until stable or out of time, a same-run baseline timed interleaved
-with the submission, clocks recorded, and a floor that rejects impossible times.
+call (CudaEventClock), warm-up, median and spread, repetition until stable or out of time, a
+same-run baseline timed interleaved with the submission, clocks recorded, and a floor that
+rejects impossible times.
 
 The statistics and the stopping rule take any ``clock`` so that they are tested on the
 CPU with a fake clock; :class:`CudaEventClock` is the real one.
