@@ -176,3 +176,103 @@ def normalize(x):
         except TypeError:
             return x
     return x
+
+
+# ---------------------------------------------------------------- answers of CPU questions
+#
+# One registry of how a CPU question's answers are compared, by name: a lab declares the name
+# with its question (grading.Question), the grader compares with it, and the student edition's
+# recorded tables carry the name and compare with the same function (grader/edition/tables.py).
+# Each takes (got, expected, tol), tol a dict with "rel" and "abs" where the part has them.
+
+def same_answer(got, exp, tol=None) -> bool:
+    """Equal after normalize (lists and tuples alike, 2.0 == 2); any iterable stands for a list;
+    an odd answer is a wrong answer."""
+    if isinstance(exp, (list, tuple)) and not isinstance(got, (list, tuple, dict, str)) and hasattr(got, "__iter__"):
+        try:
+            got = list(got)
+        except Exception:  # noqa: BLE001
+            return False
+    try:
+        return normalize(got) == normalize(exp)
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def _sorted_values(x):
+    if isinstance(x, dict):
+        return {k: sorted(normalize(v)) if isinstance(v, (list, tuple, set)) else v for k, v in x.items()}
+    return x
+
+
+def same_sorted(got, exp, tol=None) -> bool:
+    """Equal as same_answer, the lists that are values of a dictionary compared as sets (the
+    order of their entries does not matter)."""
+    try:
+        return same_answer(_sorted_values(got), _sorted_values(exp))
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def close(got, exp, tol) -> bool:
+    """A number within the part's relative tolerance ``tol["rel"]``."""
+    return close_scalar(got, exp, rel=tol["rel"])
+
+
+def time_bound(got, exp, tol) -> bool:
+    """A pair (seconds, bound): the seconds within ``tol["rel"]``, the bound's name exact."""
+    try:
+        t, bound = got
+    except (TypeError, ValueError):
+        return False
+    return close_scalar(t, exp[0], rel=tol["rel"]) and bound == exp[1]
+
+
+def same_int(got, exp, tol=None) -> bool:
+    """An integer (an integral float passes; 2.5 does not)."""
+    try:
+        return int(got) == exp and float(got) == float(exp)
+    except (TypeError, ValueError):
+        return False
+
+
+def int_rows(got, exp, tol=None) -> bool:
+    """A list of rows of integers."""
+    try:
+        return [[int(x) for x in row] for row in got] == exp
+    except (TypeError, ValueError):
+        return False
+
+
+def allclose(got, exp, tol) -> tuple[bool, str]:
+    """A dictionary of arrays, close_arrays with ``tol["rel"]`` and ``tol["abs"]``."""
+    return close_arrays(got, exp, tol["rel"], tol["abs"])
+
+
+ANSWERS = {"same": same_answer, "same_sorted": same_sorted, "close": close, "time_bound": time_bound,
+           "int": same_int, "int_rows": int_rows, "allclose": allclose}
+
+
+TOLERANT = ("close", "time_bound", "allclose")     # the comparisons that read tol
+
+
+def how(kind: str, tol: dict) -> dict:
+    """A comparison as a recorded table names it: {"kind": name} and the tolerances it reads."""
+    return {"kind": kind, **(tol if kind in TOLERANT else {})}
+
+
+def part_tolerance(params: dict) -> dict:
+    """The tolerances a part's spec gives its answers: ``rel_tol`` and ``abs_tol``."""
+    return {k: float(params[p]) for k, p in (("rel", "rel_tol"), ("abs", "abs_tol")) if p in params}
+
+
+def answer_check(kind: str, tol: dict | None = None):
+    """``same(got, expected) -> bool`` for the comparison named ``kind`` (ANSWERS)."""
+    if kind not in ANSWERS:
+        raise KeyError(f"no comparison named {kind!r}; known: {', '.join(ANSWERS)}")
+    fn, tol = ANSWERS[kind], tol or {}
+
+    def same(got, exp) -> bool:
+        verdict = fn(got, exp, tol)
+        return bool(verdict[0] if isinstance(verdict, tuple) else verdict)
+    return same

@@ -27,13 +27,18 @@ def student(module, name: str) -> Callable:
 _RECORDER: contextvars.ContextVar = contextvars.ContextVar("case_recorder", default=None)
 
 
+class NotRecordable(Exception):
+    """Raised while recording when a grading function grades something other than a declared
+    question or a figure: that part is left to the course grader in the student edition."""
+
+
 @contextlib.contextmanager
 def recording(recorder):
-    """Record instead of grading: inside this block ``grade_cases``, ``grade_named`` and
-    ``figure`` hand what they are given (the tables of calls with their expected answers, the
-    figure calls) to ``recorder``'s method of the same name and return what it returns. The
-    student edition records a part's public cases this way, by running the lab's own grading
-    function in public mode (grader/edition/release.py)."""
+    """Record instead of grading: inside this block ``grade_question`` hands each public call
+    of a declared question, with its answer and comparison, to ``recorder.add(name, args,
+    expected, how)``, and ``figure`` hands its call to ``recorder.figure``;
+    nothing else can be recorded (``NotRecordable``). The student edition records a part's public cases this
+    way, by running the lab's own grading function in public mode (grader/edition/release.py)."""
     token = _RECORDER.set(recorder)
     try:
         yield recorder
@@ -41,52 +46,55 @@ def recording(recorder):
         _RECORDER.reset(token)
 
 
-def grade_cases(fn: Callable, cases: list[tuple[Any, Any]], same: Callable[[Any, Any], bool],
-                label: Callable[[Any], str], public: int | None = None) -> Outcome:
-    """Call ``fn(*args)`` for every (args, expected) case; fraction = share answered right.
-    The first ``public`` cases are public (all when None): a wrong one is shown with its
-    arguments, the answer and the expected answer; a wrong hidden case only by its number, so
-    that feedback never hands out a hidden case's inputs or answer (nor what the submission
-    returned for them, which could carry the inputs out). NotImplementedError propagates."""
-    recorder = _RECORDER.get()
-    if recorder is not None:
-        return recorder.grade_cases(fn, cases)
-    wrong = []
-    n_public = len(cases) if public is None else public
-    for i, (args, expected) in enumerate(cases):
-        got = fn(*args)
-        if not same(got, expected):
-            if i >= n_public:
-                wrong.append(hidden_case(i - n_public))
-                continue
-            kind = _kind_mismatch(got, expected)
-            wrong.append(f"{label(args)}: got {got!r}, expected {expected!r}" + (f" ({kind})" if kind else ""))
+@dataclasses.dataclass(frozen=True)
+class Call:
+    """One graded call of a student's function: its name, how it is shown (``label()``), the call
+    itself, the trusted answer, how answers are compared (``same(got, expected)`` -> bool, or
+    (bool, what is wrong)), and whether the case is hidden."""
+    fn: str
+    label: Callable[[], str]
+    run: Callable[[], Any]
+    expected: Any
+    same: Callable[[Any, Any], bool]
+    hidden: bool = False
+
+
+def grade_calls(calls: list[Call], noun: str = "cases", per_function: bool = False) -> Outcome:
+    """The one grader of a table of calls: the share answered right; the first wrong public call
+    shown with its arguments, answer and expected answer (and a word when the answer is not even
+    of the expected kind), a wrong hidden call by its number only; with ``per_function``, the
+    count of each function too. NotImplementedError propagates."""
+    wrong, per_fn, hidden_seen = [], {}, 0
+    for c in calls:
+        got = c.run()
+        verdict = c.same(got, c.expected)
+        ok, detail = verdict if isinstance(verdict, tuple) else (bool(verdict), "")
+        right, total = per_fn.get(c.fn, (0, 0))
+        per_fn[c.fn] = (right + bool(ok), total + 1)
+        if c.hidden:
+            hidden_seen += 1
+        if ok:
+            continue
+        if c.hidden:
+            wrong.append(hidden_case(hidden_seen - 1))
+            continue
+        kind = _kind_mismatch(got, c.expected)
+        wrong.append(f"{c.label()}: {detail}" if detail else
+                     f"{c.label()}: got {_shown(got)}, expected {_shown(c.expected)}" + (f" ({kind})" if kind else ""))
     wrong.sort(key=lambda w: w.startswith(HIDDEN_CASE))         # a public case first, when there is one
-    return cases_outcome(len(cases), wrong)
-
-
-def grade_named(fns: dict[str, Callable], cases: list, same: Callable[[Any, Any], bool]) -> Outcome:
-    """Cases ``(function name, args, expected, hidden)`` over several functions ``fns`` (name ->
-    function), graded as one table: the share right, per function too; a wrong hidden case is
-    shown by its number only."""
-    recorder = _RECORDER.get()
-    if recorder is not None:
-        return recorder.grade_named(fns, cases)
-    wrong, per_fn = [], {}
-    for c, (name, args, expected, hidden) in enumerate(cases):
-        got = fns[name](*args)
-        ok = same(got, expected)
-        right, total = per_fn.get(name, (0, 0))
-        per_fn[name] = (right + ok, total + 1)
-        if not ok:
-            wrong.append(hidden_case(c) if hidden else f"{name}{args!r}: got {got!r}, expected {expected!r}")
-    wrong.sort(key=lambda w: w.startswith(HIDDEN_CASE))
-    n = len(cases)
+    n = len(calls)
     good = n - len(wrong)
-    msg = f"{good}/{n} elements right (" + ", ".join(f"{k} {a}/{b}" for k, (a, b) in per_fn.items()) + ")"
+    msg = f"{good}/{n} {noun} right"
+    if per_function and len(per_fn) > 1:
+        msg += " (" + ", ".join(f"{k} {a}/{b}" for k, (a, b) in per_fn.items()) + ")"
     if wrong:
-        msg += "; first wrong: " + wrong[0]
-    return Outcome(good / n, msg, {"cases": n, "right": good})
+        msg += "; first wrong: " + wrong[0] + (f" (and {len(wrong) - 1} more)" if len(wrong) > 1 else "")
+    return Outcome(good / n if n else 1.0, msg, {"cases": n, "right": good})
+
+
+def _shown(x, limit: int = 300) -> str:
+    text = repr(x)
+    return text if len(text) <= limit else text[:limit - 5] + " ...]"
 
 
 HIDDEN_CASE = "hidden case #"
@@ -119,38 +127,52 @@ def _call_label(name: str, params: tuple[str, ...]):
 @dataclasses.dataclass(frozen=True)
 class Question:
     """A CPU question declared as data (a lab module's ``QUESTIONS``), graded by
-    :func:`grade_question` with no code of the lab's own: ``cases(ctx)`` gives the (kind, args)
-    calls, the public ones first (only those when ``ctx.public_only``); ``answers[kind]`` the
-    trusted answer of a call; ``params[kind]`` the argument names shown in messages. The
-    student's functions are the part's ``params["functions"]`` in the order of ``answers``.
-    ``compare`` names how answers are compared, the same in the student edition: ``"same"``
-    (:func:`same_answer`)."""
+    :func:`grade_question` with no code of the lab's own, and recorded for the student edition
+    from the same declaration.
+
+    - ``cases(ctx)``: the calls, ``(kind, args)`` or ``(kind, args, hidden)``, only the public
+      ones when ``ctx.public_only``; without a hidden flag the public ones come first and are
+      as many as ``cases`` makes in public mode.
+    - ``answers[kind]``: the trusted answer of a call; the student's functions are the part's
+      ``params["functions"]`` (or ``params["function"]``) in the order of ``answers``.
+    - ``params[kind]``: the argument names shown in messages.
+    - ``compare``: how answers are compared, a name of compare.ANSWERS, or {kind: name} (a kind
+      left out: ``"same"``); the part's ``rel_tol``/``abs_tol`` are its tolerances."""
     cases: Callable[[Context], list]
     answers: dict[str, Callable]
     params: dict[str, tuple]
-    compare: str = "same"
+    compare: str | dict[str, str] = "same"
+
+    def comparison(self, kind: str) -> str:
+        return self.compare if isinstance(self.compare, str) else self.compare.get(kind, "same")
+
+
+def student_functions(params: dict) -> list[str]:
+    """The names of the student's functions a part grades: ``functions``, or one ``function``."""
+    return list(params.get("functions") or [params["function"]])
 
 
 def grade_question(question: Question, module, ctx: Context) -> Outcome:
-    """The default runner of a declared CPU question."""
-    return grade_table(module, ctx, question.cases, question.answers, question.params)
-
-
-def grade_table(module, ctx: Context, case_fn: Callable[[Context], list], refs: dict, params: dict) -> Outcome:
-    """Grade the part's student functions (``params["functions"]`` of the spec, in the order of
-    ``refs``) on (kind, args) cases: ``refs[kind]`` gives the expected answer (computed here, by
-    the trusted side), ``params[kind]`` names the arguments in messages; answers are compared
-    with :func:`same_answer`. The cases are ``case_fn(ctx)``, the public ones first."""
-    cases = case_fn(ctx)
-    names = ctx.part.params["functions"]
-    fns = dict(zip(refs, (student(module, f) for f in names)))
-    labels = {kind: _call_label(name, params[kind]) for kind, name in zip(refs, names)}
-
-    def call(kind, args):
-        return fns[kind](*args)
-
-    graded = [((kind, args), refs[kind](*args)) for kind, args in cases]
-    return grade_cases(call, graded, same_answer, lambda a: labels[a[0]](*a[1]), public_len(case_fn, ctx))
+    """The default runner of a declared CPU question (the lab's ``QUESTIONS``)."""
+    names = dict(zip(question.answers, student_functions(ctx.part.params)))
+    tol = compare.part_tolerance(ctx.part.params)
+    raw = question.cases(ctx)
+    flagged = any(len(c) == 3 for c in raw)          # then a call without a flag is public
+    n_public = len(raw) if flagged else public_len(question.cases, ctx)
+    cases = [(c[0], tuple(c[1]), bool(c[2]) if len(c) == 3 else i >= n_public) for i, c in enumerate(raw)]
+    recorder = _RECORDER.get()
+    if recorder is not None:          # the student edition: the public calls, their answers and comparison
+        for kind, args, hidden in cases:
+            if not hidden:
+                recorder.add(names[kind], args, question.answers[kind](*args),
+                             compare.how(question.comparison(kind), tol))
+        return Outcome(1.0, "recorded", {"cases": len(cases), "right": len(cases)})
+    fns = {kind: student(module, name) for kind, name in names.items()}
+    same = {kind: compare.answer_check(question.comparison(kind), tol) for kind in question.answers}
+    labels = {kind: _call_label(names[kind], question.params[kind]) for kind in question.answers}
+    return grade_calls([Call(names[kind], (lambda k=kind, a=args: labels[k](*a)), (lambda k=kind, a=args: fns[k](*a)),
+                             question.answers[kind](*args), same[kind], hidden)
+                        for kind, args, hidden in cases], per_function=True)
 
 
 def _kind(x) -> str:
@@ -171,10 +193,6 @@ def _kind_mismatch(got, expected) -> str:
     """Say so when an answer is not even of the expected kind (a string for a number...)."""
     g, e = _kind(got), _kind(expected)
     return "" if g == e or "None" in (g, e) else f"returned {g} where {e} is expected"
-
-
-def scalar_match(rel: float) -> Callable[[Any, Any], bool]:
-    return lambda got, exp: compare.close_scalar(got, exp, rel=rel)
 
 
 def builder_names(params: dict) -> list[str]:
@@ -395,14 +413,6 @@ def near(a: float, b: float, rel: float) -> bool:
 
 def finite(x: float) -> bool:
     return isinstance(x, (int, float)) and math.isfinite(x)
-
-
-def same_answer(got, exp) -> bool:
-    """Equal after compare.normalize (lists and tuples alike); an odd answer is a wrong answer."""
-    try:
-        return compare.normalize(got) == compare.normalize(exp)
-    except Exception:  # noqa: BLE001
-        return False
 
 
 def hidden_count(ctx: Context) -> int:

@@ -8,13 +8,15 @@ grader compile``). It holds no solutions: no ``solutions/``, no reference notebo
 generators). In their place:
 
 - ``grader/public/<lab>.json``, the public cases of every CPU part as (arguments, expected
-  answer). They are recorded at release time by running the lab's own grading function, in
-  public mode, on a stand-in submission, under ``grading.recording`` (the case helpers hand
-  their tables over instead of grading), so they are exactly the grader's public cases. Parts
-  whose grading functions do more than grade tables of calls (Lab 3's layouts and address
-  patterns, Lab 6's softmax steps) are recorded by their lab's own ``PUBLIC_TABLES`` hook; Lab
-  3's leaves out the tile layout that answers ``transpose_smem_offset``. The reference solution
-  is graded against every table before anything is written;
+  answer, comparison). They are recorded at release time from the labs' declared questions
+  (``QUESTIONS``, and the ``Question`` a grading function of ``GRADERS`` grades its calls with):
+  the lab's grading function runs in public mode under ``grading.recording``, which hands each
+  public call, its answer and its comparison over instead of grading, so they are exactly the
+  grader's public cases, compared by the same functions (``compare.ANSWERS``). Parts whose
+  grading does more than calls (Lab 3's layouts and address patterns, Lab 6's softmax steps)
+  are recorded by their lab's own ``PUBLIC_TABLES`` hook; Lab 3's leaves out the tile layout
+  that answers ``transpose_smem_offset``. The reference solution is graded against every table
+  before anything is written;
 - ``grader/labs/<lab>.py``, three lines: ``GRADERS = table_graders("<lab>")``
   (grader/edition/tables.py). A recorded part is graded from its table, with the comparison its
   lab uses; a part graded by code the edition ships (a default runner of grader/runners.py, which

@@ -13,24 +13,13 @@ import subprocess
 import sys
 import tempfile
 
-from .. import dispatch, sandbox, spec
+from .. import dispatch, grading, sandbox, spec
 from .tables import encode, grade_from_table
 
 
 REPO_ROOT = sandbox.REPO_ROOT
 SOLUTIONS = os.path.join(REPO_ROOT, "solutions")
 MARKER = ".student-edition"
-
-# How a lab's own grading functions (GRADERS) compare an answer with the expected one, per
-# student function ("*": the rest). "close" and "time_bound" use the part's params["rel_tol"],
-# "allclose" (dictionaries of arrays) also its params["abs_tol"]. A question declared in a lab's
-# QUESTIONS names its comparison itself, and a PUBLIC_TABLES recorder may name its own.
-COMPARISONS = {
-    "lab1_roofline": {"predict": "time_bound", "*": "close"},
-    "lab2_tma": {"*": "same"},
-    "lab3_layout_swizzle": {"swizzle_chunks": "int_rows", "*": "int"},
-    "lab4_gemm": {"same_tiles": "same_sorted", "*": "same"},
-}
 
 # Edits to copies of shared files, so that they fit the edition: (path, old, new, why, required).
 PATCHES = [
@@ -48,61 +37,17 @@ class ReleaseError(Exception):
     pass
 
 
-class _NotRecordable(Exception):
-    """The part's grading function does more than call the submission on a table of cases."""
-
-
 # ---------------------------------------------------------------- recording the public cases
 
-class _Token:
-    """What a recording function returns while a composite call is traced."""
-
-
-class _Recording:
-    def __init__(self, owner: "_StandIn", name: str):
-        self.owner, self.name = owner, name
-
-    def __call__(self, *args, **kwargs):
-        if kwargs or self.owner.tracing is None:
-            self.owner.misused = True
-            raise _NotRecordable(f"{self.name}() is called outside a table of cases")
-        token = _Token()
-        self.owner.tracing.append((self.name, args, token))
-        return token
-
-
-class _StandIn:
-    """A stand-in submission: each function the grading function asks for records its calls."""
-
-    def __init__(self):
-        self.tracing: list | None = None
-        self.misused = False
+class _NoSubmission:
+    """The submission a part's grading function sees while its public cases are recorded: a
+    declared question (grading.grade_question) and a figure call (grading.figure) are recorded
+    without calling it; anything else that asks it for a function cannot be recorded."""
 
     def __getattr__(self, name: str):
         if name.startswith("_"):
             raise AttributeError(name)
-        return _Recording(self, name)
-
-    def trace(self, call) -> tuple[object, list]:
-        self.tracing = []
-        try:
-            result = call()
-            return result, self.tracing
-        finally:
-            self.tracing = None
-
-
-def _match(result, expected, found: dict) -> None:
-    """Pair each token in ``result`` with the part of ``expected`` at the same place."""
-    if isinstance(result, _Token):
-        found[id(result)] = expected
-    elif isinstance(result, dict) and isinstance(expected, dict):
-        for k, v in result.items():
-            if k in expected:
-                _match(v, expected[k], found)
-    elif isinstance(result, (list, tuple)) and isinstance(expected, (list, tuple)) and len(result) == len(expected):
-        for a, b in zip(result, expected):
-            _match(a, b, found)
+        raise grading.NotRecordable(f"the grading function calls {name}() outside a declared question")
 
 
 def _public_context(lab_spec, part):
@@ -112,82 +57,47 @@ def _public_context(lab_spec, part):
     return Context(lab_spec, part, inputs.PUBLIC_SEED, device, public_only=True)
 
 
-def _comparison(lab: str, part, fn: str) -> dict:
-    rules = COMPARISONS.get(lab)
-    if rules is None:
-        raise ReleaseError(f"{lab}: say how its answers are compared in COMPARISONS (grader/edition/release.py)")
-    kind = rules.get(fn, rules["*"])
-    how = {"kind": kind}
-    if kind in ("close", "time_bound", "allclose"):
-        how["rel"] = float(part.params["rel_tol"])
-    if kind == "allclose":
-        how["abs"] = float(part.params["abs_tol"])
-    return how
-
-
 class _CaseRecorder:
-    """What ``grading.recording`` hands the tables of calls and the figure calls to: each call
-    the grading function would make on the submission, with its expected answer."""
+    """What ``grading.recording`` hands the declared questions' public calls (with their answers
+    and comparison) and the figure calls to."""
 
-    def __init__(self, standin: "_StandIn"):
-        self.standin = standin
+    def __init__(self):
         self.cases: dict[str, list] = {}
+        self.how: dict[str, dict] = {}
         self.extras: list[dict] = []
 
-    def _add(self, name, args, expected):
+    def add(self, name, args, expected, how):
         self.cases.setdefault(name, []).append((tuple(args), expected))
-
-    def grade_cases(self, fn, table):
-        from ..context import Outcome
-        for args, expected in table:
-            if isinstance(fn, _Recording):
-                self._add(fn.name, args, expected)
-                continue
-            result, calls = self.standin.trace(lambda: fn(*args))
-            found: dict = {}
-            _match(result, expected, found)
-            for name, call_args, token in calls:
-                if id(token) not in found:
-                    raise _NotRecordable(f"cannot tell which expected answer belongs to {name}()")
-                self._add(name, call_args, found[id(token)])
-        return Outcome(1.0, "recorded", {"cases": len(table), "right": len(table)})
-
-    def grade_named(self, fns, table):
-        from ..context import Outcome
-        for name, args, expected, *_ in table:
-            self._add(getattr(fns[name], "name", name), args, expected)
-        return Outcome(1.0, "recorded", {"cases": len(table), "right": len(table)})
+        self.how[name] = how
 
     def figure(self, module, name, *args):
         self.extras.append({"kind": "figure", "fn": name, "args": encode(list(args))})
         return []
 
 
-def _capture(grade, compare, ctx) -> dict:
-    """Run the part's grading function ``grade`` in public mode on a stand-in submission, its
-    tables of calls and figure calls recorded (``grading.recording``) instead of graded;
-    ``compare(fn)``: how the answers of the student's function ``fn`` are compared."""
-    from .. import grading
-    standin = _StandIn()
-    with grading.recording(_CaseRecorder(standin)) as rec:
-        grade(standin, ctx)
-    if standin.misused or not rec.cases:
-        raise _NotRecordable("the grading function calls the submission outside its tables of cases")
-    checks = [{"fn": fn, "compare": compare(fn),
+def _capture(grade, ctx) -> dict:
+    """Run the part's grading function ``grade`` in public mode, its declared questions and
+    figure calls recorded (``grading.recording``) instead of graded."""
+    with grading.recording(_CaseRecorder()) as rec:
+        grade(_NoSubmission(), ctx)
+    if not rec.cases:
+        raise grading.NotRecordable("the grading function declares no question")
+    checks = [{"fn": fn, "compare": rec.how[fn],
                "cases": [[[encode(a) for a in args], encode(exp)] for args, exp in table]}
               for fn, table in rec.cases.items()]
     return {"checks": checks, "extras": rec.extras}
 
 
-def _own_tables(recorder, lab: str, part, ctx) -> dict:
+def _own_tables(recorder, ctx) -> dict:
     """A part whose lab records its public cases itself (the hook ``PUBLIC_TABLES``): the lab's
-    recorder is given the table toolkit (grader/edition/tables.py) and the public context; a
-    check that names no comparison gets the lab's from ``COMPARISONS``."""
+    recorder is given the table toolkit (grader/edition/tables.py) and the public context, and
+    names each check's comparison (compare.ANSWERS, or "layout")."""
     from . import tables
     entry = recorder(ctx, tables)
     for check in entry["checks"]:
-        if "compare" not in check:
-            check["compare"] = _comparison(lab, part, check["fn"])
+        if check.get("compare", {}).get("kind") not in tables.COMPARE:
+            raise ReleaseError(f"{ctx.lab.lab}/{ctx.part.id}: check of {check['fn']} names no known comparison "
+                               f"({', '.join(tables.COMPARE)})")
     return entry
 
 
@@ -217,14 +127,9 @@ def record_lab(lab: str, progress=print) -> dict:
         if not part.needs_gpu and part.kind in ("function", "artifact") and (part.id in own or part.id in questions):
             ctx = _public_context(lab_spec, part)
             recorder = getattr(lab_module, "PUBLIC_TABLES", {}).get(part.id)
-            question = questions.get(part.id)
-            if question is not None:       # declared: its comparison with it
-                grade, compare = dispatch.grading_function(lab, part), (lambda fn, q=question: {"kind": q.compare})
-            else:
-                grade, compare = own[part.id], (lambda fn, part=part: _comparison(lab, part, fn))
             try:
-                entry = _own_tables(recorder, lab, part, ctx) if recorder else _capture(grade, compare, ctx)
-            except _NotRecordable:
+                entry = _own_tables(recorder, ctx) if recorder else _capture(dispatch.grading_function(lab, part), ctx)
+            except grading.NotRecordable:
                 if recorder:
                     raise
                 entry = None

@@ -13,7 +13,6 @@ from .. import compare, spec
 
 TABLES_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "public")
 COURSE_GRADER_ONLY = "checked by the course grader (not in the student edition)"
-PUBLIC_NOTE = "public cases; the course grader adds hidden ones"
 _TUPLE, _OFFSET = "__tuple__", "__offset__"
 
 
@@ -81,60 +80,6 @@ def load_table(lab: str) -> dict:
 
 # ---------------------------------------------------------------- comparisons (as the labs make them)
 
-_norm = compare.normalize
-
-
-def _same(got, exp, how) -> bool:
-    if isinstance(exp, (list, tuple)) and not isinstance(got, (list, tuple, dict, str)) and hasattr(got, "__iter__"):
-        got = list(got)
-    try:
-        return _norm(got) == _norm(exp)
-    except Exception:  # noqa: BLE001 - an odd answer is a wrong answer
-        return False
-
-
-def _sorted_values(x):
-    """The order of the entries of a dictionary's lists does not matter."""
-    if isinstance(x, dict):
-        return {k: sorted(_norm(v)) if isinstance(v, (list, tuple, set)) else v for k, v in x.items()}
-    return x
-
-
-def _same_sorted(got, exp, how) -> bool:
-    try:
-        return _same(_sorted_values(got), _sorted_values(exp), how)
-    except Exception:  # noqa: BLE001
-        return False
-
-
-def _close(got, exp, how) -> bool:
-    from ..compare import close_scalar
-    return close_scalar(got, exp, rel=how["rel"])
-
-
-def _time_bound(got, exp, how) -> bool:
-    from ..compare import close_scalar
-    try:
-        t, bound = got
-    except (TypeError, ValueError):
-        return False
-    return close_scalar(t, exp[0], rel=how["rel"]) and bound == exp[1]
-
-
-def _same_int(got, exp, how) -> bool:
-    try:
-        return int(got) == exp and float(got) == float(exp)
-    except (TypeError, ValueError):
-        return False
-
-
-def _int_rows(got, exp, how) -> bool:
-    try:
-        return [[int(x) for x in row] for row in got] == exp
-    except (TypeError, ValueError):
-        return False
-
-
 def _evaluate(layout, r: int, c: int, shape) -> dict:
     """A TIRx layout at logical (r, c) of ``shape``: {axis: value}, zero entries dropped."""
     return {str(k): int(v) for k, v in layout.apply(r, c, shape=list(shape)).items() if int(v) != 0}
@@ -152,13 +97,8 @@ def _layout(got, exp, how):
     return True, ""
 
 
-def _allclose(got, exp, how):
-    from ..compare import close_arrays
-    return close_arrays(got, exp, how["rel"], how["abs"])
-
-
-COMPARE = {"same": _same, "same_sorted": _same_sorted, "close": _close, "time_bound": _time_bound,
-           "int": _same_int, "int_rows": _int_rows, "layout": _layout, "allclose": _allclose}
+# The comparisons of compare.ANSWERS (the grader's own), and the edition's check of a TIRx layout.
+COMPARE = {**compare.ANSWERS, "layout": _layout}
 
 
 def _short(x, limit: int = 90) -> str:
@@ -211,44 +151,36 @@ EXTRAS = {"figure": _figure, "chunked_bijection": _chunked_bijection}
 # ---------------------------------------------------------------- grading a part
 
 def grade_from_table(entry: dict, module, ctx):
-    """Grade a part from its recorded public cases: the share of cases answered right, and half
-    of the points for the part's other checks when it has some (a figure, a layout's shape)."""
+    """Grade a part from its recorded public cases (grading.grade_calls, as the course grader
+    grades a declared question): the share of cases answered right, and half of the points for
+    the part's other checks when it has some (a figure, a layout's shape)."""
     from ..context import Outcome
     from .. import grading
     offsets = entry.get("offsets", {})
-    total = right = 0
-    wrong, per_fn = [], []
+    calls = []
     for chk in entry["checks"]:
-        fn = grading.student(module, chk["fn"])
-        how = chk["compare"]
-        same = COMPARE[how["kind"]]
-        good = 0
-        cases = decode(chk["cases"], offsets)
-        for args, expected in cases:
-            got = fn(*args)
-            verdict = same(got, expected, how)
-            ok, detail = verdict if isinstance(verdict, tuple) else (verdict, "")
-            good += bool(ok)
-            if not ok:
-                call = f"{chk['fn']}({', '.join(_short(a) for a in args)})"
-                wrong.append(f"{call}: {detail}" if detail else f"{call}: got {_short(got, 300)}, "
-                                                                  f"expected {_short(expected, 300)}")
-        total += len(cases)
-        right += good
-        per_fn.append(f"{chk['fn']} {good}/{len(cases)}")
-    frac = right / total if total else 1.0
-    msg = f"{right}/{total} {PUBLIC_NOTE}"
-    if len(per_fn) > 1:
-        msg += " (" + ", ".join(per_fn) + ")"
-    if wrong:
-        msg += "; first wrong: " + wrong[0] + (f" (and {len(wrong) - 1} more)" if len(wrong) > 1 else "")
+        fn, how = grading.student(module, chk["fn"]), chk["compare"]
+        same = functools.partial(_with_how, COMPARE[how["kind"]], how)
+        for args, expected in decode(chk["cases"], offsets):
+            calls.append(grading.Call(chk["fn"], functools.partial(_label, chk["fn"], args),
+                                      functools.partial(fn, *args), expected, same))
+    table = grading.grade_calls(calls, noun="public cases", per_function=True)
+    frac, msg = table.fraction, table.message + " (the course grader adds hidden ones)"
     extras = [EXTRAS[e["kind"]](module, e, offsets) for e in entry.get("extras", [])]
     if extras:
         frac = 0.5 * frac + 0.5 * sum(ok for ok, _ in extras) / len(extras)
         msg += " | " + " | ".join(m for _, m in extras)
     if entry.get("note"):
         msg += " | " + entry["note"]
-    return Outcome(frac, msg, {"cases": total, "right": right})
+    return Outcome(frac, msg, table.measurements)
+
+
+def _with_how(compare_fn, how, got, expected):
+    return compare_fn(got, expected, how)
+
+
+def _label(fn: str, args) -> str:
+    return f"{fn}({', '.join(_short(a) for a in args)})"
 
 
 def course_grader_only(module, ctx):

@@ -11,17 +11,17 @@ The hooks a lab module offers, by name:
   (read by grader/dispatch.py, the one dispatch). ``submission`` gives the student's functions
   as attributes (``grading.student(submission, name)``); ``ctx`` (grader/context.py) gives the
   part's spec, the seed, the device and whether only the public cases run.
-- ``QUESTIONS``: part id -> ``grading.Question(cases, answers=..., params=...)``, a CPU question
-  declared as data: its calls (public ones first), the trusted answer of each kind of call, the
-  argument names for messages and the comparison. Graded by ``grading.grade_question`` and
-  recorded for the student edition with no code of the lab's own (Labs 5 and 6 declare theirs
-  this way).
-- Tables of calls in the labs' own functions go through ``grading.grade_cases(fn, [(args, expected), ...], same, label,
-  public)`` (the first ``public`` cases are public, the rest hidden), ``grading.grade_named``
-  (one table over several functions) and ``grading.figure``. The student edition
-  (grader/edition/) records the public ones at release time by running the function in public
-  mode under ``grading.recording``, so a new CPU question graded this way needs only its
-  comparison named in ``COMPARISONS`` of grader/edition/release.py.
+- ``QUESTIONS``: part id -> ``grading.Question(cases, answers=..., params=..., compare=...)``, a
+  CPU question declared as data: its calls (``(kind, args)``, public ones first, or ``(kind,
+  args, hidden)``), the trusted answer of each kind of call, the argument names for messages and
+  the comparison, a name of ``compare.ANSWERS`` (one registry: the grader and the student
+  edition's tables compare with the same functions; ``close`` and ``time_bound`` read the part's
+  ``rel_tol``). Graded by ``grading.grade_question`` (one engine for every table of calls,
+  ``grading.grade_calls``) and recorded for the student edition from the same declaration, with
+  no code of the lab's own. Every CPU question of Labs 1-6 is declared this way.
+- A grading function of ``GRADERS`` that checks more than calls (a figure, a layout's design)
+  grades its calls with ``grading.grade_question`` on a ``Question`` of its own and its figures
+  with ``grading.figure``; the edition records both (Lab 1's c_roofline, Lab 3's c_atom).
 - ``PUBLIC_TABLES``: part id -> ``record(ctx, tables) -> entry``, for a CPU part whose grading
   does more than tables of calls: the lab records the part's public cases itself, with the table
   toolkit ``tables`` (grader/edition/tables.py) it is handed, from its own case generators and

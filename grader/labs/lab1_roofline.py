@@ -11,7 +11,7 @@
 from __future__ import annotations
 
 
-from .. import compare, grading, hardware, inputs
+from .. import grading, hardware, inputs
 from ..context import Context, Outcome
 
 LAB = "lab1_roofline"
@@ -96,54 +96,39 @@ def op_cases(ctx: Context) -> list[dict]:
     return ops
 
 
-def _label(args) -> str:
-    return ", ".join(repr(a) for a in args)
+def op_calls(kind: str):
+    return lambda ctx: [(kind, (op,)) for op in op_cases(ctx)]
 
 
-# ---------------------------------------------------------------- part a
-
-def grade_flops(module, ctx: Context) -> Outcome:
-    fn = grading.student(module, "op_flops")
-    cases = [((op,), ref_flops(op)) for op in op_cases(ctx)]
-    return grading.grade_cases(fn, cases, grading.scalar_match(ctx.part.params["rel_tol"]), _label,
-                              grading.public_len(op_cases, ctx))
+def predict_calls(ctx: Context) -> list[tuple]:
+    return [("predict", (op, gpu_dict(g))) for op in op_cases(ctx) for g in ("B200", "H200")]
 
 
-def grade_bytes(module, ctx: Context) -> Outcome:
-    fn = grading.student(module, "op_bytes")
-    cases = [((op,), ref_bytes(op)) for op in op_cases(ctx)]
-    return grading.grade_cases(fn, cases, grading.scalar_match(ctx.part.params["rel_tol"]), _label,
-                              grading.public_len(op_cases, ctx))
+def roofline_calls(ctx: Context) -> list[tuple]:
+    ais = list(PUBLIC_AIS)
+    if not ctx.public_only:
+        r = inputs.rng(LAB, ctx.part.id, ctx.seed)
+        ais += [10 ** r.uniform(-2, 4) for _ in range(ctx.part.params["hidden_cases"])]
+    return [("attainable", (gpu_dict(g), ai)) for ai in ais for g in ("B200", "H200", "H100")]
 
 
-def grade_predict(module, ctx: Context) -> Outcome:
-    fn = grading.student(module, "predict")
-    rel = ctx.part.params["rel_tol"]
-    cases = [((op, gpu_dict(g)), ref_predict(op, gpu_dict(g))) for op in op_cases(ctx) for g in ("B200", "H200")]
-
-    def same(got, exp) -> bool:
-        try:
-            t, bound = got
-        except (TypeError, ValueError):
-            return False
-        return compare.close_scalar(t, exp[0], rel=rel) and bound == exp[1]
-
-    return grading.grade_cases(fn, cases, same, lambda a: f"{a[0]!r} on {a[1]['name']}",
-                              grading.public_len(op_cases, ctx, per_case=2))
+QUESTIONS = {   # CPU questions declared as data: graded by grading.grade_question (grader/dispatch.py)
+    "a_flops": grading.Question(op_calls("flops"), answers={"flops": ref_flops}, params={"flops": ("op",)},
+                                compare="close"),
+    "a_bytes": grading.Question(op_calls("bytes"), answers={"bytes": ref_bytes}, params={"bytes": ("op",)},
+                                compare="close"),
+    "a_predict": grading.Question(predict_calls, answers={"predict": ref_predict}, params={"predict": ("op", "gpu")},
+                                  compare="time_bound"),
+}
+ATTAINABLE = grading.Question(roofline_calls, answers={"attainable": ref_attainable},
+                              params={"attainable": ("gpu", "ai")}, compare="close")
 
 
 # ---------------------------------------------------------------- part c
 
 def grade_roofline(module, ctx: Context) -> Outcome:
     p = ctx.part.params
-    fn = grading.student(module, p["function"])
-    ais = list(PUBLIC_AIS)
-    if not ctx.public_only:
-        r = inputs.rng(LAB, ctx.part.id, ctx.seed)
-        ais += [10 ** r.uniform(-2, 4) for _ in range(p["hidden_cases"])]
-    cases = [((gpu_dict(g), ai), ref_attainable(gpu_dict(g), ai)) for ai in ais for g in ("B200", "H200", "H100")]
-    values = grading.grade_cases(fn, cases, grading.scalar_match(p["rel_tol"]),
-                                lambda a: f"{a[0]['name']} at {a[1]:.4g} FLOP/B", 3 * len(PUBLIC_AIS))
+    values = grading.grade_question(ATTAINABLE, module, ctx)
     gpu = gpu_dict("H200")
     points = [{"label": "scale-add", "ai": 1 / 3, "tflops": 1.4}, {"label": "gemm 4096", "ai": 1365.0, "tflops": 700.0}]
     plot_ok, plot_msg = check_roofline_figure(grading.figure(module, p["plot"], gpu, points), gpu, points)
@@ -181,9 +166,6 @@ def check_roofline_figure(axes: list[dict], gpu: dict, points: list[dict]) -> tu
 
 
 GRADERS = {
-    "a_flops": grade_flops,
-    "a_bytes": grade_bytes,
-    "a_predict": grade_predict,
     # b_build: the default build runner (grading.build_part); b_correct and b_speed: problem
     # "scale_add" (grader/problems.py), graded by grader/runners.py
     "c_roofline": grade_roofline,

@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 
 from .. import grading, inputs
-from ..context import Context, Outcome
+from ..context import Context
 from . import build_checks
 
 LAB = "lab2_tma"
@@ -70,38 +70,6 @@ def ref_ring(stages: int, iterations: int, start: int) -> list:
         full = (k // stages) % 2
         out.append((k % stages, full ^ 1, full))
     return out
-
-
-# ---------------------------------------------------------------- comparison helpers
-
-def _norm(x):
-    """Lists and tuples (nested) to tuples of ints, so [64, 8] and (64, 8) compare equal."""
-    if isinstance(x, (list, tuple)):
-        return tuple(_norm(v) for v in x)
-    if isinstance(x, bool):
-        return x
-    if isinstance(x, float) and x.is_integer():
-        return int(x)
-    try:
-        import numpy as np
-        if isinstance(x, np.integer):
-            return int(x)
-    except ImportError:  # pragma: no cover
-        pass
-    return x
-
-
-def _same_dict(got, exp) -> bool:
-    if not isinstance(got, dict) or set(got) != set(exp):
-        return False
-    return all(_norm(got[k]) == _norm(v) for k, v in exp.items())
-
-
-def _same_seq(got, exp) -> bool:
-    try:
-        return _norm(list(got)) == _norm(exp)
-    except TypeError:
-        return False
 
 
 # ---------------------------------------------------------------- cases
@@ -169,46 +137,32 @@ def ring_cases(ctx: Context) -> list[tuple]:
 
 # ---------------------------------------------------------------- parts a, b, c
 
-def grade_box(module, ctx: Context) -> Outcome:
-    fn = grading.student(module, ctx.part.params["function"])
-    cases = [(args, ref_box(*args)) for args in box_cases(ctx)]
-    return grading.grade_cases(fn, cases, _same_dict,
-                              lambda a: f"tile={a[0]}, dtype_bytes={a[1]}, swizzle_bytes={a[2]}",
-                              grading.public_len(box_cases, ctx))
+def _calls(kind: str, case_fn):
+    return lambda ctx: [(kind, tuple(args)) for args in case_fn(ctx)]
 
 
-def grade_map(module, ctx: Context) -> Outcome:
-    fmap, fcoords = (grading.student(module, f) for f in ctx.part.params["functions"])
-
-    def both(shape, b, tile, sw, t):
-        return {"tensor_map_3d": fmap(shape, b, tile, sw), "tile_coords_3d": fcoords(t, shape, tile, b, sw)}
-
-    def same(got, exp):
-        return (_same_dict(got["tensor_map_3d"], exp["tensor_map_3d"])
-                and _norm(got["tile_coords_3d"]) == _norm(exp["tile_coords_3d"]))
-
-    cases = [((shape, b, tile, sw, t), {"tensor_map_3d": ref_map(shape, b, tile, sw),
-                                         "tile_coords_3d": ref_coords(t, shape, tile, b, sw)})
-             for shape, b, tile, sw, t in map_cases(ctx)]
-    return grading.grade_cases(both, cases, same,
-                              lambda a: f"shape={a[0]}, dtype_bytes={a[1]}, tile={a[2]}, "
-                                        f"swizzle_bytes={a[3]}, tile t={a[4]}",
-                              grading.public_len(map_cases, ctx))
+def map_calls(ctx: Context) -> list[tuple]:
+    """Each case asks both functions of part a_map about one tile of one tensor."""
+    calls = []
+    for shape, b, tile, sw, t in map_cases(ctx):
+        calls += [("map", (shape, b, tile, sw)), ("coords", (t, shape, tile, b, sw))]
+    return calls
 
 
-def grade_expect_tx(module, ctx: Context) -> Outcome:
-    fn = grading.student(module, ctx.part.params["function"])
-    cases = [((loads,), ref_expect_tx(loads)) for loads in expect_tx_cases(ctx)]
-    return grading.grade_cases(fn, cases, lambda got, exp: _norm(got) == exp, lambda a: f"loads={a[0]}",
-                              grading.public_len(expect_tx_cases, ctx))
+def tx_calls(ctx: Context) -> list[tuple]:
+    return [("tx", (loads,)) for loads in expect_tx_cases(ctx)]
 
 
-def grade_ring(module, ctx: Context) -> Outcome:
-    fn = grading.student(module, ctx.part.params["function"])
-    cases = [(args, ref_ring(*args)) for args in ring_cases(ctx)]
-    return grading.grade_cases(fn, cases, _same_seq,
-                              lambda a: f"stages={a[0]}, iterations={a[1]}, start={a[2]}",
-                              grading.public_len(ring_cases, ctx))
+QUESTIONS = {   # CPU questions declared as data: graded by grading.grade_question (grader/dispatch.py)
+    "a_box": grading.Question(_calls("box", box_cases), answers={"box": ref_box},
+                              params={"box": ("tile", "dtype_bytes", "swizzle_bytes")}),
+    "a_map": grading.Question(map_calls, answers={"map": ref_map, "coords": ref_coords},
+                              params={"map": ("shape", "dtype_bytes", "tile", "swizzle_bytes"),
+                                      "coords": ("t", "shape", "tile", "dtype_bytes", "swizzle_bytes")}),
+    "b_expect_tx": grading.Question(tx_calls, answers={"tx": ref_expect_tx}, params={"tx": ("loads",)}),
+    "c_ring": grading.Question(_calls("ring", ring_cases), answers={"ring": ref_ring},
+                               params={"ring": ("stages", "iterations", "start")}),
+}
 
 
 # ---------------------------------------------------------------- the build parts
@@ -219,10 +173,6 @@ tensor_maps = build_checks.tensor_maps
 
 
 GRADERS = {
-    "a_box": grade_box,
-    "a_map": grade_map,
-    "b_expect_tx": grade_expect_tx,
-    "c_ring": grade_ring,
     "d_build": build_checks.tma_build,
     "e_build": build_checks.tma_build,
     # d_correct, e_correct and e_speed: problem "affine" (grader/problems.py), graded by grader/runners.py

@@ -23,6 +23,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 from .. import grading, inputs
 from ..context import Context, Outcome
@@ -205,32 +206,36 @@ def _label(name):
 
 # ---------------------------------------------------------------- part a
 
-def grade_index(module, ctx: Context) -> Outcome:
-    fns = {n: grading.student(module, n) for n in
-           ("offset_row_major", "offset_col_major", "offset_tiled", "offset_swizzled", "offset_mma")}
+def index_calls(ctx: Context) -> list[tuple]:
+    """(kind, args, hidden): elements of every tiled, swizzled and MMA tile, public tiles first."""
     r = inputs.rng(LAB, ctx.part.id + "-elements", ctx.seed)
-    tiled = _shape_cases(ctx, PUBLIC_TILED, _random_tile)
-    swz = _shape_cases(ctx, PUBLIC_SWIZZLED, _random_swizzle)
-    cases = []   # (function name, args, expected)
-    for k, (shape, tile) in enumerate(tiled):
-        lib_rm, lib_cm = _lib_row_major(shape), _lib_col_major(shape)
-        lib_t = lib_tiled(shape, tile)
+    calls = []
+    for k, (shape, tile) in enumerate(_shape_cases(ctx, PUBLIC_TILED, _random_tile)):
         hidden = k >= len(PUBLIC_TILED)
         for i, j in _elements(shape, r, 48):
-            cases.append(("offset_row_major", (i, j, shape), evaluate(lib_rm, i, j, shape).get("m", 0), hidden))
-            cases.append(("offset_col_major", (i, j, shape), evaluate(lib_cm, i, j, shape).get("m", 0), hidden))
-            cases.append(("offset_tiled", (i, j, shape, tile), evaluate(lib_t, i, j, shape).get("m", 0), hidden))
-    for k, (shape, eb, sw) in enumerate(swz):
-        lib = lib_swizzled(shape, eb, sw)
-        for i, j in _elements(shape, r, 96):
-            cases.append(("offset_swizzled", (i, j, shape, eb, sw), evaluate(lib, i, j, shape).get("m", 0),
-                          k >= len(PUBLIC_SWIZZLED)))
-    for k, (shape, eb, sw) in enumerate(_shape_cases(ctx, PUBLIC_MMA, lambda rr: _random_swizzle(rr, (1, 2, 3, 4)))):
-        lib = lib_mma(shape, eb, sw)
-        for i, j in _elements(shape, r, 96):
-            cases.append(("offset_mma", (i, j, shape, eb, sw), evaluate(lib, i, j, shape).get("m", 0),
-                          k >= len(PUBLIC_MMA)))
-    return grading.grade_named(fns, cases, _same_int)
+            calls += [("row_major", (i, j, shape), hidden), ("col_major", (i, j, shape), hidden),
+                      ("tiled", (i, j, shape, tile), hidden)]
+    for k, (shape, eb, sw) in enumerate(_shape_cases(ctx, PUBLIC_SWIZZLED, _random_swizzle)):
+        calls += [("swizzled", (i, j, shape, eb, sw), k >= len(PUBLIC_SWIZZLED)) for i, j in _elements(shape, r, 96)]
+    mma = _shape_cases(ctx, PUBLIC_MMA, lambda rr: _random_swizzle(rr, (1, 2, 3, 4)))
+    for k, (shape, eb, sw) in enumerate(mma):
+        calls += [("mma", (i, j, shape, eb, sw), k >= len(PUBLIC_MMA)) for i, j in _elements(shape, r, 96)]
+    return calls
+
+
+@functools.lru_cache(maxsize=256)
+def _library_layout(kind: str, shape: tuple, *rest):
+    return {"row_major": _lib_row_major, "col_major": _lib_col_major, "tiled": lib_tiled,
+            "swizzled": lib_swizzled, "mma": lib_mma}[kind](shape, *rest)
+
+
+def _library_offset(kind: str):
+    """The answer of the library's layout of ``kind`` (TIRx) at element (i, j) of the tile."""
+    def offset(i, j, shape, *rest):
+        shape = tuple(shape)
+        rest = tuple(tuple(x) if isinstance(x, list) else x for x in rest)
+        return evaluate(_library_layout(kind, shape, *rest), i, j, shape).get("m", 0)
+    return offset
 
 
 def _lib_row_major(shape):
@@ -241,13 +246,6 @@ def _lib_row_major(shape):
 def _lib_col_major(shape):
     from tvm.tirx.layout import S, TileLayout
     return TileLayout(S[tuple(shape): (1, shape[0])])
-
-
-def _same_int(got, expected) -> bool:
-    try:
-        return int(got) == expected and float(got) == float(expected)
-    except (TypeError, ValueError):
-        return False
 
 
 def grade_layouts(module, ctx: Context) -> Outcome:
@@ -357,20 +355,12 @@ def _random_access(r) -> tuple[list[int], int]:
     return [pitch * (t // per_row) + width * (t % per_row) for t in range(32)], width
 
 
-def grade_counter(module, ctx: Context) -> Outcome:
-    fn = grading.student(module, "wavefronts")
+def counter_calls(ctx: Context) -> list[tuple]:
     accesses = list(PUBLIC_ACCESSES)
     if not ctx.public_only:
         r = inputs.rng(LAB, ctx.part.id, ctx.seed)
         accesses += [_random_access(r) for _ in range(ctx.part.params["hidden_cases"])]
-    cases = [((list(a), w), ref_wavefronts(a, w)) for a, w in accesses]
-
-    def label(args):
-        a, w = args
-        head = ", ".join(str(x) for x in a[:8])
-        return f"wavefronts([{head}, ...], width={w})"
-
-    return grading.grade_cases(fn, cases, lambda got, exp: _same_int(got, exp), label, len(PUBLIC_ACCESSES))
+    return [("wavefronts", (list(a), w)) for a, w in accesses]
 
 
 def _pattern_offsets(r) -> dict:
@@ -467,17 +457,8 @@ def check_transpose_layout(offset) -> tuple[bool, str]:
 # ---------------------------------------------------------------- part c
 
 def grade_atom(module, ctx: Context) -> Outcome:
-    fn = grading.student(module, "swizzle_chunks")
-    cases = [((sw,), ref_swizzle_chunks(sw)) for sw in (32, 64, 128)]
-
-    def same(got, exp):
-        try:
-            return [[int(x) for x in row] for row in got] == exp
-        except (TypeError, ValueError):
-            return False
-
-    table = grading.grade_cases(fn, cases, same, lambda a: f"swizzle_chunks({a[0]})")
-    img_ok, img_msg = check_swizzle_figure(grading.figure(module, "plot_swizzle", 128), 128)
+    table = grading.grade_question(CHUNKS, module, ctx)
+    img_ok, img_msg = check_swizzle_figure(grading.figure(module, ctx.part.params["plot"], 128), 128)
     frac = 0.5 * table.fraction + (0.5 if img_ok else 0.0)
     return Outcome(frac, f"swizzle_chunks: {table.message}; plot: {img_msg}", table.measurements)
 
@@ -568,10 +549,24 @@ def public_patterns(ctx, tables) -> dict:
 PUBLIC_TABLES = {"a_layouts": public_layouts, "b_patterns": public_patterns}
 
 
+QUESTIONS = {   # CPU questions declared as data: graded by grading.grade_question (grader/dispatch.py)
+    "a_index": grading.Question(
+        index_calls,
+        answers={k: _library_offset(k) for k in ("row_major", "col_major", "tiled", "swizzled", "mma")},
+        params={"row_major": ("i", "j", "shape"), "col_major": ("i", "j", "shape"), "tiled": ("i", "j", "shape", "tile"),
+                "swizzled": ("i", "j", "shape", "elem_bytes", "swizzle_bytes"),
+                "mma": ("i", "j", "shape", "elem_bytes", "swizzle_bytes")},
+        compare="int"),
+    "b_counter": grading.Question(counter_calls, answers={"wavefronts": ref_wavefronts},
+                                  params={"wavefronts": ("addresses", "width")}, compare="int"),
+}
+CHUNKS = grading.Question(lambda ctx: [("chunks", (sw,)) for sw in (32, 64, 128)],
+                          answers={"chunks": ref_swizzle_chunks}, params={"chunks": ("swizzle_bytes",)},
+                          compare="int_rows")
+
+
 GRADERS = {
-    "a_index": grade_index,
     "a_layouts": grade_layouts,
-    "b_counter": grade_counter,
     "b_patterns": grade_patterns,
     "c_atom": grade_atom,
     "d_build": build_checks.transpose_build,   # both kernels through shared memory, the swizzled one with an XOR

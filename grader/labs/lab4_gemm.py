@@ -21,7 +21,7 @@ register while a wgmma may still be writing it.
 """
 from __future__ import annotations
 
-from .. import build, compare, grading, inputs, inspect
+from .. import build, grading, inputs, inspect
 from ..context import Context, Outcome
 
 LAB = "lab4_gemm"
@@ -102,7 +102,6 @@ def ref_same_tiles(bx: int, by: int, M: int, N: int, blk_m: int, blk_n: int) -> 
 
 # ---------------------------------------------------------------- comparison helpers
 
-_same = grading.same_answer
 _hidden = grading.hidden_count
 
 
@@ -120,29 +119,6 @@ def desc_cases(ctx: Context) -> list[tuple]:
     return cases
 
 
-def _grade_pair(module, ctx: Context, case_fn, refs: dict, labels: dict, post=None) -> Outcome:
-    """Grade the part's two student functions (``params["functions"]``, in the order of ``refs``)
-    on the (kind, args) cases of ``case_fn(ctx)`` (public ones first): ``refs[kind]`` gives the expected answer, ``labels[kind]`` names the
-    call in messages, ``post[kind]`` (optional) normalises the student's answer first."""
-    fns = dict(zip(refs, (grading.student(module, f) for f in ctx.part.params["functions"])))
-    post = post or {}
-
-    def call(kind, args):
-        got = fns[kind](*args)
-        return post[kind](got) if kind in post else got
-
-    graded = [((kind, args), refs[kind](*args)) for kind, args in case_fn(ctx)]
-    return grading.grade_cases(call, graded, _same, lambda a: labels[a[0]](*a[1]), grading.public_len(case_fn, ctx))
-
-
-def grade_desc(module, ctx: Context) -> Outcome:
-    return _grade_pair(module, ctx, desc_cases,
-                       {"fields": ref_desc_fields, "offset": ref_desc_offset},
-                       {"fields": lambda sw: f"wgmma_desc_fields(swizzle_bytes={sw})",
-                        "offset": lambda row, k, b, sw: (f"wgmma_desc_offset(row={row}, k={k}, dtype_bytes={b}, "
-                                                          f"swizzle_bytes={sw})")})
-
-
 def frag_cases(ctx: Context) -> list[tuple]:
     cases = [("coord", (t, i)) for t in range(128) for i in range(64)]
     cases += [("owner", (row, col)) for row in range(64) for col in range(128)]
@@ -151,13 +127,6 @@ def frag_cases(ctx: Context) -> list[tuple]:
         cases.append(("coord", (r.randrange(128), r.randrange(128))))     # up to n256
         cases.append(("owner", (r.randrange(64), r.randrange(256))))
     return cases
-
-
-def grade_frag(module, ctx: Context) -> Outcome:
-    return _grade_pair(module, ctx, frag_cases,
-                       {"coord": ref_acc_coord, "owner": ref_acc_owner},
-                       {"coord": lambda t, i: f"wgmma_acc_coord(thread={t}, reg={i})",
-                        "owner": lambda row, col: f"wgmma_acc_owner(row={row}, col={col})"})
 
 
 # ---------------------------------------------------------------- exercise questions
@@ -199,12 +168,6 @@ def sync_cases(ctx: Context) -> list[list[str]]:
     return cases
 
 
-def grade_sync(module, ctx: Context) -> Outcome:
-    fn = grading.student(module, ctx.part.params["function"])
-    cases = [((ops,), ref_first_unsafe(ops)) for ops in sync_cases(ctx)]
-    return grading.grade_cases(fn, cases, _same, lambda a: f"ops={a[0]}", grading.public_len(sync_cases, ctx))
-
-
 def phase_cases(ctx: Context) -> list[tuple]:
     cases = [("parities", (4, 0)), ("parities", (5, 1)), ("parities", (1, 0)), ("parities", (6, 64)),
              ("early", ([0, 0, 0, 0], 0)), ("early", ([0, 1, 0, 1], 0)), ("early", ([1, 1, 1], 0)),
@@ -232,13 +195,6 @@ def phase_cases(ctx: Context) -> list[tuple]:
     return cases
 
 
-def grade_phase(module, ctx: Context) -> Outcome:
-    return _grade_pair(module, ctx, phase_cases,
-                       {"parities": ref_wait_parities, "early": ref_early_waits},
-                       {"parities": lambda n, c: f"wait_parities(iterations={n}, completed_before={c})",
-                        "early": lambda par, c: f"early_waits(parities={par}, completed_before={c})"})
-
-
 def grid_cases(ctx: Context) -> list[tuple]:
     cases = [("info", (4096, 4096, 4096, 128, 128, 64)), ("info", (256, 384, 512, 128, 128, 64)),
              ("info", (8192, 1024, 256, 128, 256, 64)), ("info", (128, 128, 64, 128, 128, 64)),
@@ -254,23 +210,6 @@ def grid_cases(ctx: Context) -> list[tuple]:
         else:
             cases.append(("same", (r.randrange(M // bm), r.randrange(N // bn), M, N, bm, bn)))
     return cases
-
-
-def _sorted_ctas(got):
-    """The order of the CTAs in a list does not matter."""
-    if isinstance(got, dict):
-        got = {k: sorted(compare.normalize(v)) if isinstance(v, (list, tuple, set)) else v for k, v in got.items()}
-    return got
-
-
-def grade_grid(module, ctx: Context) -> Outcome:
-    return _grade_pair(module, ctx, grid_cases,
-                       {"info": ref_grid_info, "same": ref_same_tiles},
-                       {"info": lambda M, N, K, bm, bn, bk: (f"grid_info(M={M}, N={N}, K={K}, blk_m={bm}, "
-                                                             f"blk_n={bn}, blk_k={bk})"),
-                        "same": lambda bx, by, M, N, bm, bn: (f"same_tiles(bx={bx}, by={by}, M={M}, N={N}, "
-                                                              f"blk_m={bm}, blk_n={bn})")},
-                       post={"same": _sorted_ctas})
 
 
 # ---------------------------------------------------------------- build parts
@@ -322,12 +261,33 @@ def grade_sass(module, ctx: Context) -> Outcome:
     return Outcome(sum(fracs) / len(fracs), " | ".join(lines), meas)
 
 
+def unsafe_cases(ctx: Context) -> list[tuple]:
+    return [("unsafe", (ops,)) for ops in sync_cases(ctx)]
+
+
+QUESTIONS = {   # CPU questions declared as data: graded by grading.grade_question (grader/dispatch.py)
+    "a_desc": grading.Question(
+        desc_cases,
+        answers={"fields": ref_desc_fields, "offset": ref_desc_offset},
+        params={"fields": ("swizzle_bytes",), "offset": ("row", "k", "dtype_bytes", "swizzle_bytes")}),
+    "a_frag": grading.Question(
+        frag_cases,
+        answers={"coord": ref_acc_coord, "owner": ref_acc_owner},
+        params={"coord": ("thread", "reg"), "owner": ("row", "col")}),
+    "s1_sync": grading.Question(unsafe_cases, answers={"unsafe": ref_first_unsafe}, params={"unsafe": ("ops",)}),
+    "s2_phase": grading.Question(
+        phase_cases,
+        answers={"parities": ref_wait_parities, "early": ref_early_waits},
+        params={"parities": ("iterations", "completed_before"), "early": ("parities", "completed_before")}),
+    "s3_grid": grading.Question(
+        grid_cases,
+        answers={"info": ref_grid_info, "same": ref_same_tiles},
+        params={"info": ("M", "N", "K", "blk_m", "blk_n", "blk_k"), "same": ("bx", "by", "M", "N", "blk_m", "blk_n")},
+        compare={"same": "same_sorted"}),      # the order of the CTAs in a list does not matter
+}
+
+
 GRADERS = {
-    "a_desc": grade_desc,
-    "a_frag": grade_frag,
-    "s1_sync": grade_sync,
-    "s2_phase": grade_phase,
-    "s3_grid": grade_grid,
     "sass_hazard": grade_sass,
     # s1..s4_build_sm90/_sm100: the default build runner (grading.build_part);
     # s1..s4_correct, s3_speed and s4_speed: problem "gemm" (grader/problems.py), graded by

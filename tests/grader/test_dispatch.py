@@ -41,7 +41,7 @@ def test_a_declared_question_grades_right_and_wrong_answers():
     assert out.fraction == 0.0 and "got -1" in out.message
 
 
-def test_recording_hands_the_tables_over_instead_of_grading():
+def test_recording_hands_the_declared_calls_over_instead_of_grading():
     calls = []
 
     def student_fn(x):
@@ -50,15 +50,63 @@ def test_recording_hands_the_tables_over_instead_of_grading():
 
     class Recorder:
         def __init__(self):
-            self.tables = []
+            self.added = []
 
-        def grade_cases(self, fn, cases):
-            self.tables.append(list(cases))
-            return "recorded"
+        def add(self, name, args, expected, how):
+            self.added.append((name, args, expected, how))
 
-    table = [((1,), 1), ((2,), 3)]
+    q = grading.Question(lambda ctx: [("sq", (1,)), ("sq", (2,)), ("sq", (3,), True)], answers={"sq": lambda x: x * x},
+                         params={"sq": ("x",)}, compare="close")
+    ctx = types.SimpleNamespace(part=types.SimpleNamespace(params={"function": "square", "rel_tol": 1e-6}),
+                                public_only=True)
+    module = types.SimpleNamespace(square=student_fn)
     with grading.recording(Recorder()) as rec:
-        assert grading.grade_cases(student_fn, table, lambda g, e: g == e, str) == "recorded"
-    assert rec.tables == [table] and calls == []               # nothing of the submission ran
-    out = grading.grade_cases(student_fn, table, lambda g, e: g == e, str)   # outside: graded again
-    assert calls == [1, 2] and out.fraction == 0.5
+        grading.grade_question(q, module, ctx)
+    from grader.edition import release
+    with pytest.raises(grading.NotRecordable):                # what the edition cannot record
+        grading.student(release._NoSubmission(), "square")(3)
+    assert calls == []                                        # nothing of the submission ran
+    assert rec.added == [("square", (1,), 1, {"kind": "close", "rel": 1e-6}),
+                         ("square", (2,), 4, {"kind": "close", "rel": 1e-6})]   # the hidden call is not recorded
+    out = grading.grade_question(q, module, ctx)              # outside: graded
+    assert calls == [1, 2, 3] and out.fraction == pytest.approx(1 / 3)
+    assert "first wrong: square(x=2): got 2, expected 4" in out.message
+    hidden_wrong = grading.grade_question(q, types.SimpleNamespace(square=lambda x: x * x if x < 3 else 0), ctx)
+    assert "hidden case #1" in hidden_wrong.message and "9" not in hidden_wrong.message   # its answer is not shown
+
+
+def test_a_question_compares_each_kind_as_declared():
+    q = grading.Question(lambda ctx: [("a", ([3, 1, 2],), False), ("b", (2.0,), False)], answers={"a": sorted, "b": lambda x: x},
+                         params={"a": ("xs",), "b": ("x",)}, compare={"b": "int"})
+    ctx = types.SimpleNamespace(part=types.SimpleNamespace(params={"functions": ["f", "g"]}), public_only=True)
+    good = types.SimpleNamespace(f=lambda xs: [1, 2, 3], g=lambda x: 2)
+    assert grading.grade_question(q, good, ctx).fraction == 1.0
+    bad = types.SimpleNamespace(f=lambda xs: (1, 2, 3), g=lambda x: 2.5)      # a tuple is a list; 2.5 is not 2
+    out = grading.grade_question(q, bad, ctx)
+    assert out.fraction == 0.5 and "(f 1/1, g 0/1)" in out.message
+
+
+def test_every_comparison_of_the_registry_can_fail():
+    from grader import compare
+    tol = {"rel": 1e-3, "abs": 1e-3}
+    cases = {"same": ([1, [2, 3]], (1, (2, 3)), [1, [2, 4]]),
+             "same_sorted": ({"a": [2, 1]}, {"a": [1, 2]}, {"a": [1, 3]}),
+             "close": (1.0005, 1.0, 1.01),
+             "time_bound": ((1.0, "memory"), (1.0, "memory"), (1.0, "compute")),
+             "int": (3.0, 3, 3.5),
+             "int_rows": ([[1, 2]], [[1, 2]], [[1, 3]]),
+             "allclose": ({"x": [1.0]}, {"x": [1.0]}, {"x": [float("nan")]})}
+    assert set(cases) == set(compare.ANSWERS)
+    for kind, (good, expected, bad) in cases.items():
+        same = compare.answer_check(kind, tol)
+        assert same(good, expected), kind
+        assert not same(bad, expected), kind
+        assert not same(object(), expected), kind
+    with pytest.raises(KeyError, match="no comparison named"):
+        compare.answer_check("roughly")
+
+
+def test_the_edition_compares_with_the_same_registry():
+    from grader import compare
+    from grader.edition import tables
+    assert all(tables.COMPARE[k] is fn for k, fn in compare.ANSWERS.items())

@@ -111,5 +111,5 @@ def test_reports_are_written_as_new_files(tmp_path):
 
 def test_an_answer_of_the_wrong_kind_is_named():
     from grader import grading
-    out = grading.grade_cases(lambda x: "12", [((3,), 12)], lambda g, e: g == e, lambda a: f"f({a[0]})")
+    out = grading.grade_calls([grading.Call("f", lambda: "f(3)", lambda: "12", 12, lambda g, e: g == e)])
     assert out.fraction == 0 and "returned a string where a number is expected" in out.message

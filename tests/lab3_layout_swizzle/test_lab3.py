@@ -110,7 +110,7 @@ def test_transpose_layout_without_the_row_interleave_is_caught(root, edit, tmp_p
 def test_wrong_atom_table_is_caught(root, edit, tmp_path):
     nb = edit(os.path.join(root, *SOLUTION), {"line = (i * swizzle_bytes) // 128": "line = i"})
     out = grade_here(nb, "c_atom", tmp_path)
-    assert out.fraction < 1 and "swizzle_chunks(32)" in out.message
+    assert out.fraction < 1 and "swizzle_chunks(swizzle_bytes=32)" in out.message
 
 
 @pytest.mark.slow
