@@ -136,9 +136,8 @@ def compile_only(kernel, arch: str, want_sass: bool = False, own_ptx: bool = Fal
             from . import launch
             art.sass = launch.disassemble(art.cubin)
         return art
-    from . import devcode
     try:
-        src, plan, ptx = devcode.lowered(kernel, arch)
+        src, plan, ptx = _lowered_here(kernel, arch)
     except BuildError:
         raise
     except Exception as e:  # noqa: BLE001 - a TIRx parse/lowering error is the student's verdict
@@ -151,6 +150,25 @@ def compile_only(kernel, arch: str, want_sass: bool = False, own_ptx: bool = Fal
 
 
 _COMPILED: dict[tuple, Artifacts] = {}
+
+
+def _lowered_here(prim_func, arch: str) -> tuple:
+    """devcode.lowered of a PrimFunc lowered in this process (a notebook's check cells, the
+    tests), kept per (structurally equal PrimFunc, arch) for the life of the process: the build
+    parts of several steps often ask for the same kernel at the same shape."""
+    import tvm_ffi
+
+    from . import devcode
+    key = (int(tvm_ffi.structural_hash(prim_func)), arch)
+    for func, got in _LOWERED.get(key, []):
+        if tvm_ffi.structural_equal(func, prim_func):
+            return got
+    got = devcode.lowered(prim_func, arch)
+    _LOWERED.setdefault(key, []).append((prim_func, got))
+    return got
+
+
+_LOWERED: dict[tuple, list] = {}
 
 
 def compile_source(src: str, arch: str, want_sass: bool = False) -> Artifacts:

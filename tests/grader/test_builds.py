@@ -1,5 +1,6 @@
 """Kernels built once per submission and shared by its workers (remote.Builds)."""
 import json
+import os
 
 import pytest
 
@@ -85,3 +86,23 @@ def test_failures_built_ahead_are_the_parts_verdict_without_running_again():
     assert ops(b) == []
     assert "error" in a.call("bad", [2], {}) and "error" in a.call("bad", [2], {})    # not kept: asked twice
     assert [m["args"] for m in a.session.sent if m["name"] == "bad"] == [[1], [2], [2]]
+
+
+@pytest.mark.slow
+def test_a_kernel_lowered_here_is_lowered_once_per_arch(root, tmp_path, monkeypatch):
+    """Build parts of several steps often ask for the same kernel at the same shape: a PrimFunc
+    structurally equal to one lowered before is not lowered again; another shape or arch is."""
+    from conftest import import_notebook
+
+    from grader import build, devcode
+    lab1 = import_notebook(os.path.join(root, "solutions", "lab1_roofline", "lab1_roofline.ipynb"), tmp_path,
+                           "lab1_for_lowering")
+    lowered, real = [], devcode.lowered
+    monkeypatch.setattr(devcode, "lowered", lambda f, arch: lowered.append(arch) or real(f, arch))
+    monkeypatch.setattr(build, "_LOWERED", {})
+    first = build.compile_only(lab1.build_scale_add(1 << 16), "sm_90a")
+    again = build.compile_only(lab1.build_scale_add(1 << 16), "sm_90a")     # a new, equal PrimFunc
+    assert lowered == ["sm_90a"] and again.ptx == first.ptx
+    build.compile_only(lab1.build_scale_add(1 << 17), "sm_90a")
+    build.compile_only(lab1.build_scale_add(1 << 16), "sm_100a")
+    assert lowered == ["sm_90a", "sm_90a", "sm_100a"]
