@@ -8,6 +8,7 @@ import dataclasses
 import os
 import subprocess
 import tempfile
+from typing import Any, Callable
 
 from .toolchain import BuildError, configure_toolchain, nvrtc_options, nvrtc_ptx, target, tool
 
@@ -107,9 +108,9 @@ def local_kernel(prim_func, arch: str | None = None):
     a submitted kernel: the same launch plan, the PTX assembled by ptxas, the cubin loaded and
     launched through the CUDA driver by launch.Kernel (a notebook's own check cells: its own
     code, so no jail). The notebook's timings are then those of the launch path the grader times."""
-    from . import devcode, launch
+    from . import launch
     arch = arch or device_arch()
-    source, plan, ptx = devcode.lowered(prim_func, arch)
+    source, plan, ptx = _lowered_here(prim_func, arch)
     cubin, _ = launch.assemble(ptx, arch, unsafe=True)
     return launch.Kernel(plan, cubin, ptx), source
 
@@ -152,20 +153,26 @@ def compile_only(kernel, arch: str, want_sass: bool = False, own_ptx: bool = Fal
 _COMPILED: dict[tuple, Artifacts] = {}
 
 
-def _lowered_here(prim_func, arch: str) -> tuple:
-    """devcode.lowered of a PrimFunc lowered in this process (a notebook's check cells, the
-    tests), kept per (structurally equal PrimFunc, arch) for the life of the process: the build
-    parts of several steps often ask for the same kernel at the same shape."""
+def by_structure(cache: dict, prim_func, arch: str, make: Callable[[], Any]):
+    """``make()`` for (prim_func, arch), kept in ``cache`` for the life of the process: a later
+    PrimFunc structurally equal to one seen before (builders make a new one at every call) gets
+    the same result."""
     import tvm_ffi
-
-    from . import devcode
     key = (int(tvm_ffi.structural_hash(prim_func)), arch)
-    for func, got in _LOWERED.get(key, []):
+    for func, got in cache.get(key, []):
         if tvm_ffi.structural_equal(func, prim_func):
             return got
-    got = devcode.lowered(prim_func, arch)
-    _LOWERED.setdefault(key, []).append((prim_func, got))
+    got = make()
+    cache.setdefault(key, []).append((prim_func, got))
     return got
+
+
+def _lowered_here(prim_func, arch: str) -> tuple:
+    """devcode.lowered of a PrimFunc lowered in this process (a notebook's check cells, the
+    tests), once per kernel and arch: the build parts of several steps, and a notebook's build
+    and GPU checks, often ask for the same kernel at the same shape."""
+    from . import devcode
+    return by_structure(_LOWERED, prim_func, arch, lambda: devcode.lowered(prim_func, arch))
 
 
 _LOWERED: dict[tuple, list] = {}

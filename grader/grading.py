@@ -407,6 +407,32 @@ def figure(module, name: str, *args) -> list[dict]:
         return draw(fn, list(args), os.path.join(d, "figure.png"))
 
 
+def chunked_bijection(offset, rows: int, cols: int, chunk: int, name: str = "offset") -> tuple[bool, str]:
+    """(ok, what is wrong): ``offset(i, j)`` maps the rows x cols tile one to one onto
+    [0, rows * cols) and keeps every run of ``chunk`` elements of a row whole and aligned (what a
+    kernel needs to move 16 bytes at a time). Lab 3's transpose layout, in the grader and in the
+    student edition."""
+    n, seen = rows * cols, set()
+    for i in range(rows):
+        for j in range(cols):
+            o = offset(i, j)
+            try:
+                o = int(o)
+            except (TypeError, ValueError):
+                return False, f"{name}({i}, {j}) returned {o!r}, not an int"
+            if not 0 <= o < n:
+                return False, f"{name}({i}, {j}) = {o} lies outside the tile [0, {n})"
+            seen.add(o)
+            if j % chunk and o != int(offset(i, j - j % chunk)) + j % chunk:
+                return False, (f"the {chunk}-element chunk of ({i}, {j - j % chunk}) is not kept whole: "
+                               f"{name}({i}, {j}) = {o}")
+            if j % chunk == 0 and o % chunk:
+                return False, f"{name}({i}, {j}) = {o} does not start a chunk (not a multiple of {chunk})"
+    if len(seen) != n:
+        return False, f"{name}: two elements share an offset ({n - len(seen)} offsets unused)"
+    return True, f"{name} is a bijection with whole, aligned chunks"
+
+
 def near(a: float, b: float, rel: float) -> bool:
     return abs(a - b) <= rel * max(abs(a), abs(b), 1e-30)
 

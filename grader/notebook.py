@@ -282,17 +282,9 @@ class _Kernels:
 
     def lower(self, prim_func, arch: str | None = None):
         """(callable, CUDA source) of ``prim_func`` for the GPU present (or ``arch``)."""
-        import tvm_ffi
-
         from . import build
         arch = arch or build.device_arch()
-        key = (int(tvm_ffi.structural_hash(prim_func)), arch)
-        for func, got in self.cache.get(key, []):
-            if tvm_ffi.structural_equal(func, prim_func):
-                return got
-        got = build.local_kernel(prim_func, arch)
-        self.cache.setdefault(key, []).append((prim_func, got))
-        return got
+        return build.by_structure(self.cache, prim_func, arch, lambda: build.local_kernel(prim_func, arch))
 
 
 _KERNELS = _Kernels()

@@ -122,27 +122,9 @@ def _chunked_bijection(module, extra: dict, offsets: dict) -> tuple[bool, str]:
     ``chunk`` elements whole and aligned (what lab 3's transpose kernel needs to store 16 bytes
     at a time). Its bank conflicts are checked by the course grader."""
     from .. import grading
-    offset = grading.student(module, extra["fn"])
     (rows, cols), chunk = extra["shape"], extra["chunk"]
-    n, seen, name = rows * cols, set(), extra["fn"]
-    note = "; its bank conflicts are checked by the course grader"
-    for i in range(rows):
-        for j in range(cols):
-            o = offset(i, j)
-            try:
-                o = int(o)
-            except (TypeError, ValueError):
-                return False, f"{name}({i}, {j}) returned {o!r}, not an int"
-            if not 0 <= o < n:
-                return False, f"{name}({i}, {j}) = {o} lies outside the tile [0, {n})"
-            seen.add(o)
-            if j % chunk and o != int(offset(i, j - j % chunk)) + j % chunk:
-                return False, f"{name}: the chunk of ({i}, {j - j % chunk}) is not kept whole ({name}({i}, {j}) = {o})"
-            if j % chunk == 0 and o % chunk:
-                return False, f"{name}({i}, {j}) = {o} does not start a chunk (not a multiple of {chunk})"
-    if len(seen) != n:
-        return False, f"{name}: two elements share an offset ({n - len(seen)} offsets unused)"
-    return True, f"{name} is a bijection with whole, aligned chunks" + note
+    ok, msg = grading.chunked_bijection(grading.student(module, extra["fn"]), rows, cols, chunk, extra["fn"])
+    return ok, msg + ("; its bank conflicts are checked by the course grader" if ok else "")
 
 
 EXTRAS = {"figure": _figure, "chunked_bijection": _chunked_bijection}

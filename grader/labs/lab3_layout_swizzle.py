@@ -425,24 +425,9 @@ def grade_patterns(module, ctx: Context) -> Outcome:
 def check_transpose_layout(offset) -> tuple[bool, str]:
     """The layout of the swizzled transpose kernel: a bijection of the 64 x 64 tile that keeps
     16-byte chunks whole and aligned, with conflict-free row writes and column gathers."""
-    n = TILE_ROWS * TILE_COLS
-    seen = set()
-    for i in range(TILE_ROWS):
-        for j in range(TILE_COLS):
-            o = offset(i, j)
-            try:
-                o = int(o)
-            except (TypeError, ValueError):
-                return False, f"offset({i}, {j}) returned {o!r}, not an int"
-            if not 0 <= o < n:
-                return False, f"offset({i}, {j}) = {o} lies outside the tile [0, {n})"
-            seen.add(o)
-            if j % 8 and o != int(offset(i, j - j % 8)) + j % 8:
-                return False, f"the 16-byte chunk of ({i}, {j - j % 8}) is not kept whole: offset({i}, {j}) = {o}"
-            if j % 8 == 0 and o % 8:
-                return False, f"offset({i}, {j}) = {o} does not start a 16-byte chunk (not a multiple of 8)"
-    if len(seen) != n:
-        return False, f"two elements share an offset ({n - len(seen)} offsets unused)"
+    ok, why = grading.chunked_bijection(offset, TILE_ROWS, TILE_COLS, 8)    # 8 fp16 = 16 bytes
+    if not ok:
+        return False, why
     for row0 in range(0, TILE_ROWS, 4):
         w = ref_wavefronts(ref_addresses_rows(offset, row0), 16)
         if w != 4:
