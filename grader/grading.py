@@ -81,15 +81,9 @@ def grade_calls(calls: list[Call], noun: str = "cases", per_function: bool = Fal
         kind = _kind_mismatch(got, c.expected)
         wrong.append(f"{c.label()}: {detail}" if detail else
                      f"{c.label()}: got {_shown(got)}, expected {_shown(c.expected)}" + (f" ({kind})" if kind else ""))
-    wrong.sort(key=lambda w: w.startswith(HIDDEN_CASE))         # a public case first, when there is one
-    n = len(calls)
-    good = n - len(wrong)
-    msg = f"{good}/{n} {noun} right"
-    if per_function and len(per_fn) > 1:
-        msg += " (" + ", ".join(f"{k} {a}/{b}" for k, (a, b) in per_fn.items()) + ")"
-    if wrong:
-        msg += "; first wrong: " + wrong[0] + (f" (and {len(wrong) - 1} more)" if len(wrong) > 1 else "")
-    return Outcome(good / n if n else 1.0, msg, {"cases": n, "right": good})
+    counts = (" (" + ", ".join(f"{k} {a}/{b}" for k, (a, b) in per_fn.items()) + ")"
+              if per_function and len(per_fn) > 1 else "")
+    return cases_outcome(len(calls), wrong, noun, counts)
 
 
 def _shown(x, limit: int = 300) -> str:
@@ -104,20 +98,21 @@ def hidden_case(k: int) -> str:
     return f"{HIDDEN_CASE}{k + 1} (its inputs and answer are not shown)"
 
 
-def public_len(case_fn: Callable[[Context], list], ctx: Context, per_case: int = 1) -> int:
+def public_len(case_fn: Callable[[Context], list], ctx: Context) -> int:
     """How many of the cases ``case_fn(ctx)`` makes are public: as many as it makes when only the
-    public cases are asked for (times ``per_case`` graded calls per case)."""
-    return len(case_fn(dataclasses.replace(ctx, public_only=True))) * per_case
+    public cases are asked for."""
+    return len(case_fn(dataclasses.replace(ctx, public_only=True)))
 
 
-def cases_outcome(n: int, wrong: list[str]) -> Outcome:
+def cases_outcome(n: int, wrong: list[str], noun: str = "cases", counts: str = "") -> Outcome:
     """n cases, of which those described in ``wrong`` were answered wrong: the share right, and
-    a message naming the first wrong one."""
+    a message naming the first wrong one (a public one when there is one)."""
+    wrong = sorted(wrong, key=lambda w: w.startswith(HIDDEN_CASE))
     ok = n - len(wrong)
-    msg = f"{ok}/{n} cases right"
+    msg = f"{ok}/{n} {noun} right{counts}"
     if wrong:
         msg += "; first wrong: " + wrong[0] + (f" (and {len(wrong) - 1} more)" if len(wrong) > 1 else "")
-    return Outcome(ok / n, msg, {"cases": n, "right": ok})
+    return Outcome(ok / n if n else 1.0, msg, {"cases": n, "right": ok})
 
 
 def _call_label(name: str, params: tuple[str, ...]):
