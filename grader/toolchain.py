@@ -76,13 +76,157 @@ def target(arch: str | None = None):
     return tvm.target.Target({"kind": "cuda", "arch": arch})
 
 
-def nvrtc_ptx(src: str, arch: str) -> str:
-    """CUDA source to PTX text with NVRTC (BuildError with NVRTC's log)."""
-    from tvm.support import nvcc
+# What tvm.support.nvcc's NVRTC path (apache-tvm 0.26) puts before a kernel's source, and the
+# options it compiles with: nvrtc_ptx compiles the same program, so the PTX is the same byte for
+# byte (tests/test_toolchain.py compares the two on the course's kernels).
+_TVM_NVRTC_PREAMBLE = """#include <cuda/std/cstdint>
+using cuda::std::uint8_t;
+using cuda::std::uint16_t;
+using cuda::std::uint32_t;
+using cuda::std::uint64_t;
+using cuda::std::int8_t;
+using cuda::std::int16_t;
+using cuda::std::int32_t;
+using cuda::std::int64_t;
+
+// NVRTC uses asm/volatile instead of __asm__/__volatile__
+#ifndef __asm__
+#define __asm__ asm
+#endif
+#ifndef __volatile__
+#define __volatile__ volatile
+#endif
+
+// NVRTC does not pull in the host <math.h>, so INFINITY is undefined. Provide it
+// from libcu++ (same float +inf value nvcc's <math.h> yields).
+#include <cuda/std/limits>
+#ifndef INFINITY
+#define INFINITY (::cuda::std::numeric_limits<float>::infinity())
+#endif
+
+"""
+_TENSOR_MAP = ("struct alignas(64) CUtensorMap_st {\n  unsigned long long opaque[16];\n};\n"
+               "typedef struct CUtensorMap_st CUtensorMap;\n\n")
+# NVRTC's automatic precompiled header (-pch) covers the #include lines a program starts with:
+# parsing the CCCL headers is about 1 s of every compile, and with -pch a process parses them
+# once. So the program starts with the headers TVM's preamble includes and then those the
+# kernel's source starts with, in that order, which is the order TVM's program first includes
+# them in (so the PTX stays TVM's); the same lines further down are then no-ops.
+_PREAMBLE_HEADERS = "#include <cuda/std/cstdint>\n#include <cuda/std/limits>\n"
+
+
+def _leading_includes(code: str) -> str:
+    lines = []
+    for line in code.splitlines():
+        if line.strip().startswith("#include <"):
+            lines.append(line.strip() + "\n")
+        elif line.strip():
+            break
+    return "".join(lines)
+
+
+def nvrtc_program(src: str) -> str:
+    """The program NVRTC compiles for a kernel's CUDA source: TVM's (cuda.h stripped, the
+    CUtensorMap type defined where the kernel uses it, TVM's preamble) after the headers it
+    starts by including."""
+    code = "\n".join(line for line in src.splitlines() if line.strip() != "#include <cuda.h>")
+    headers = _PREAMBLE_HEADERS + _leading_includes(code)
+    if "CUtensorMap" in code:
+        code = _TENSOR_MAP + code
+    return headers + _TVM_NVRTC_PREAMBLE + code
+
+
+def cuda_root() -> str:
+    """The CUDA folder TVM's NVRTC path takes its headers from (tvm.support.nvcc.find_cuda_path,
+    without importing TVM: a jailed compile has no use for it)."""
+    if "CUDA_PATH" in os.environ:
+        return os.environ["CUDA_PATH"]
+    nvcc = shutil.which("nvcc")
+    if nvcc:
+        return os.path.realpath(os.path.join(nvcc, "../.."))
+    if os.path.exists("/usr/local/cuda/bin/nvcc"):
+        return "/usr/local/cuda"
+    raise BuildError("no CUDA folder: set CUDA_PATH or install the course's pip packages")
+
+
+def ptxas_flags() -> list[str]:
+    """The ptxas options TVM's NVRTC path passes on (tvm.support.nvcc._ptxas_option_flags)."""
+    import shlex
+    return ["-v", f"--register-usage-level={os.environ.get('TVM_CUDA_PTXAS_REG_LEVEL', '10')}",
+            "--warn-on-local-memory-usage"] + shlex.split(os.environ.get("TVM_CUDA_PTXAS_EXTRA_OPTS", ""))
+
+
+def nvrtc_flags(arch: str) -> list[str]:
+    """TVM's NVRTC options for ``arch`` (its include folders, macros, fast math, ptxas flags),
+    then the course's (nvrtc_options)."""
+    import platform
+    import shlex
+    cuda = cuda_root()
+    arch_inc = os.path.join(cuda, "targets", f"{platform.machine()}-{platform.system().lower()}", "include")
+    incs = [p for p in (os.path.join(cuda, "include"), arch_inc) if os.path.isdir(p)]
+    if os.path.isdir(os.path.join(arch_inc, "cccl")):
+        incs.append(os.path.join(arch_inc, "cccl"))
+    flags = [f"--gpu-architecture={arch}", "-default-device", "--device-int128"] + [f"-I{p}" for p in incs]
+    flags += [f"-D{m}=" for m in ("__NV_SILENCE_DEPRECATION_BEGIN", "__NV_SILENCE_DEPRECATION_END",
+                                  "__NV_SILENCE_HOST_DEPRECATION_BEGIN", "__NV_SILENCE_HOST_DEPRECATION_END")]
+    flags += [f"-U__CUDA_NO_{m}__" for m in ("HALF_OPERATORS", "HALF_CONVERSIONS", "BFLOAT16_OPERATORS",
+                                             "BFLOAT16_CONVERSIONS", "BFLOAT162_OPERATORS", "BFLOAT162_CONVERSIONS")]
+    flags += ["--use_fast_math"] + [f"--ptxas-options={f}" for f in ptxas_flags()]
+    flags += shlex.split(os.environ.get("TVM_CUDA_NVRTC_EXTRA_OPTS", ""))
+    return flags + nvrtc_options()
+
+
+def nvrtc_ptx(src: str, arch: str, reuse_headers: bool = True) -> str:
+    """CUDA source to PTX text with NVRTC (BuildError with NVRTC's log): the PTX TVM's NVRTC path
+    makes. ``reuse_headers``: keep the parsed headers for the later compiles of this process (a
+    process that compiles once is faster without)."""
+    from cuda.bindings import nvrtc
     configure_toolchain()
+    flags = nvrtc_flags(arch) + (["-pch"] if reuse_headers else [])
+    if reuse_headers:
+        _size_header_heap(nvrtc)
+    ok = nvrtc.nvrtcResult.NVRTC_SUCCESS
+    err, prog = nvrtc.nvrtcCreateProgram(nvrtc_program(src).encode(), b"tvm_kernels.cu", 0, None, None)
+    if err != ok:
+        raise BuildError(f"NVRTC compilation for {arch} failed: cannot create the program ({err})")
     try:
-        with target(arch):
-            ptx = bytes(nvcc.compile_cuda(src, "ptx", arch=arch, compiler="nvrtc", options=nvrtc_options()))
-    except Exception as e:  # noqa: BLE001
-        raise BuildError(f"NVRTC compilation for {arch} failed: {e}") from e
+        (err,) = nvrtc.nvrtcCompileProgram(prog, len(flags), [f.encode() for f in flags])
+        if err != ok:
+            _, size = nvrtc.nvrtcGetProgramLogSize(prog)
+            log = bytearray(size)
+            nvrtc.nvrtcGetProgramLog(prog, log)
+            raise BuildError(f"NVRTC compilation for {arch} failed:\n{log.decode(errors='replace').rstrip(chr(0))}")
+        if reuse_headers:
+            _grow_header_heap(nvrtc, prog)
+        _, size = nvrtc.nvrtcGetPTXSize(prog)
+        ptx = bytearray(size)
+        nvrtc.nvrtcGetPTX(prog, ptx)
+    finally:
+        nvrtc.nvrtcDestroyProgram(prog)
     return ptx.decode(errors="replace").rstrip("\x00")
+
+
+_HEAP = 1 << 30         # reserved, not used: what the headers take (about 160 MiB here) is
+
+
+@functools.lru_cache(maxsize=1)
+def _size_header_heap(nvrtc) -> None:
+    """NVRTC keeps its precompiled headers in a heap of fixed size (256 MiB by default), and
+    resizing it drops those it holds. The headers of a tcgen05 kernel (cuda/barrier and
+    cooperative_groups) need about 330 MiB of it and those of a wgmma kernel some more, and a
+    process that compiles both kinds keeps both: so the heap is sized before the first."""
+    _, have = nvrtc.nvrtcGetPCHHeapSize()
+    if have < _HEAP:
+        nvrtc.nvrtcSetPCHHeapSize(_HEAP)
+
+
+def _grow_header_heap(nvrtc, prog) -> None:
+    """Headers that did not fit: the heap grows by what they need (up to 4 GiB), and the next
+    compile makes them."""
+    (status,) = nvrtc.nvrtcGetPCHCreateStatus(prog)
+    if status != nvrtc.nvrtcResult.NVRTC_ERROR_PCH_CREATE_HEAP_EXHAUSTED:
+        return
+    _, need = nvrtc.nvrtcGetPCHHeapSizeRequired(prog)
+    _, have = nvrtc.nvrtcGetPCHHeapSize()
+    if have + need <= 4 * _HEAP:
+        nvrtc.nvrtcSetPCHHeapSize(have + need)

@@ -1,0 +1,51 @@
+"""The course's NVRTC call (grader/toolchain.py) compiles the program TVM's NVRTC path compiles,
+with the headers first so that a process parses them once: its PTX must be TVM's, byte for byte,
+for kernels that use TMA descriptors, wgmma and tcgen05."""
+import os
+
+import pytest
+
+from grader import devcode, toolchain
+
+
+def _tvm_ptx(src, arch):
+    from tvm.support import nvcc
+    toolchain.configure_toolchain()
+    with toolchain.target(arch):
+        ptx = bytes(nvcc.compile_cuda(src, "ptx", arch=arch, compiler="nvrtc", options=toolchain.nvrtc_options()))
+    return ptx.decode(errors="replace").rstrip("\x00")
+
+
+def _source(func, arch):
+    _, device_mods = devcode.lower(func, arch)
+    return devcode.device_module(device_mods, arch).inspect_source()
+
+
+@pytest.mark.slow
+def test_ptx_is_tvms_with_and_without_reused_headers(root, tmp_path):
+    from conftest import import_notebook
+    lab4 = import_notebook(os.path.join(root, "solutions", "lab4_gemm", "lab4_gemm.ipynb"), tmp_path,
+                           "lab4_for_nvrtc")
+    kernels = {"sm_90a": lab4.hopper_step4(256, 256, 256), "sm_100a": lab4.blackwell_step4(256, 256, 256)}
+    for arch, func in kernels.items():
+        src = _source(func, arch)
+        assert "CUtensorMap" in src                 # the TMA descriptor type TVM's path defines
+        want = _tvm_ptx(src, arch)
+        assert ".entry" in want
+        assert toolchain.nvrtc_ptx(src, arch, reuse_headers=False) == want, arch
+        assert toolchain.nvrtc_ptx(src, arch) == want, arch
+        assert toolchain.nvrtc_ptx(src, arch) == want, arch     # from the kept headers
+
+
+def test_the_cuda_folder_and_ptxas_flags_are_tvms():
+    from tvm.support import nvcc
+    toolchain.configure_toolchain()
+    assert toolchain.cuda_root() == nvcc.find_cuda_path()
+    assert toolchain.ptxas_flags() == nvcc._ptxas_option_flags()
+
+
+def test_a_compile_error_is_a_build_error_with_nvrtcs_log():
+    with pytest.raises(toolchain.BuildError) as e:
+        toolchain.nvrtc_ptx('extern "C" __global__ void k(float* a) { a[0] = undefined_name; }', "sm_90a")
+    assert "NVRTC compilation for sm_90a failed" in str(e.value)
+    assert 'identifier "undefined_name" is undefined' in str(e.value)
