@@ -15,7 +15,9 @@ from __future__ import annotations
 import argparse
 import collections
 import contextlib
+import cProfile
 import os
+import pstats
 import sys
 import tempfile
 import time
@@ -77,6 +79,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--lab", required=True)
     ap.add_argument("--part", action="append", help="only these parts (default: every part)")
+    ap.add_argument("--profile", type=int, default=0, metavar="N",
+                    help="also print the N functions with the most time, cumulative and own, of each part (cProfile)")
     args = ap.parse_args(argv)
     from conftest import import_notebook
 
@@ -97,13 +101,19 @@ def main(argv=None) -> int:
             continue
         phases = Phases()
         start = time.perf_counter()
+        profiler = cProfile.Profile() if args.profile else None
         with patch(phases, namespace, builders):
             try:
                 with contextlib.redirect_stdout(open(os.devnull, "w")):
+                    if profiler:
+                        profiler.enable()
                     notebook.check(args.lab, part.id, namespace)
                 verdict = "ok"
             except Exception as e:  # noqa: BLE001 - a failing check is a row, not the end
                 verdict = f"{type(e).__name__}: {str(e).splitlines()[0][:80]}"
+            finally:
+                if profiler:
+                    profiler.disable()
         wall = time.perf_counter() - start
         spent = dict(phases.seconds)
         spent["other"] = wall - sum(spent.values())
@@ -111,6 +121,9 @@ def main(argv=None) -> int:
         totals["wall"] += wall
         print(f"| {part.id} | {wall:.2f} | " + " | ".join(f"{spent.get(n, 0.0):.2f}" for n in names)
               + f" | {verdict} |", flush=True)
+        if profiler:
+            for order in ("cumulative", "tottime"):
+                pstats.Stats(profiler, stream=sys.stdout).sort_stats(order).print_stats(args.profile)
     print(f"| all | {totals['wall']:.2f} | " + " | ".join(f"{totals[n]:.2f}" for n in names) + " | |")
     return 0
 

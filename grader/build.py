@@ -172,7 +172,30 @@ def _lowered_here(prim_func, arch: str) -> tuple:
     tests), once per kernel and arch: the build parts of several steps, and a notebook's build
     and GPU checks, often ask for the same kernel at the same shape."""
     from . import devcode
-    return by_structure(_LOWERED, prim_func, arch, lambda: devcode.lowered(prim_func, arch))
+    return by_structure(_LOWERED, prim_func, arch, lambda: in_fresh_thread(devcode.lowered, prim_func, arch))
+
+
+def in_fresh_thread(fn: Callable, *args, **kwargs):
+    """``fn(*args, **kwargs)`` run in a new thread; its result, or its exception raised here.
+    TIRx's parser reads every frame of the calling thread's stack (inspect.stack) at each
+    prim_func and macro it parses, when a kernel is built and again when it is lowered; under a
+    Jupyter cell (or pytest) the stack is deep, and reading it takes about as long as the parse
+    itself. A new thread's stack holds the call alone. Nothing runs at the same time: the
+    caller waits."""
+    import threading
+    box: dict = {}
+
+    def run():
+        try:
+            box["value"] = fn(*args, **kwargs)
+        except BaseException as e:  # noqa: BLE001 - handed to the caller as it is
+            box["error"] = e
+    worker = threading.Thread(target=run, name="tirx-build", daemon=True)
+    worker.start()
+    worker.join()
+    if "error" in box:
+        raise box.pop("error")
+    return box["value"]
 
 
 _LOWERED: dict[tuple, list] = {}
@@ -193,10 +216,10 @@ def jailed_nvrtc(src: str, arch: str) -> str:
     modules only; no student code runs there, and an #include reads only what the jail holds)."""
     from . import sandbox
     # toolchain.nvrtc_ptx needs neither TVM nor torch: the process imports the toolchain alone
-    # (a fraction of a second) and compiles once, so without precompiled headers.
+    # (a fraction of a second) and compiles once (without precompiled headers).
     code = ("import sys; sys.path[:0] = ['/course'] + sys.argv[3:]; "
             "from grader import toolchain; "
-            "open('/sandbox/k.ptx', 'w').write(toolchain.nvrtc_ptx(open('/sandbox/k.cu').read(), sys.argv[1], False))")
+            "open('/sandbox/k.ptx', 'w').write(toolchain.nvrtc_ptx(open('/sandbox/k.cu').read(), sys.argv[1]))")
     import sys
     rc, log, out = sandbox.run_tool([sys.executable, "-I", "-c", code, arch, "k"] + sandbox.python_dirs(),
                                     {"k.cu": src.encode()}, ["k.ptx"], course=True)

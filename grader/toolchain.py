@@ -176,14 +176,48 @@ def nvrtc_flags(arch: str) -> list[str]:
     return flags + nvrtc_options()
 
 
-def nvrtc_ptx(src: str, arch: str, reuse_headers: bool = True) -> str:
+def reuse_headers(on: bool = True) -> None:
+    """Whether this process's compiles keep NVRTC's precompiled headers for the next ones (off by
+    default). Worth it in a process that compiles many kernels and can spare the room: a
+    notebook's kernel, the test session. The headers are files of 200-350 MB each (one per
+    arch and header set), in a folder of this process's own, removed when it exits; the
+    grader's children and tool jails, with a small /tmp, leave it off."""
+    _PCH["on"] = on
+
+
+_PCH: dict = {"on": False, "dir": None}
+
+
+def _pch_dir() -> str:
+    if _PCH["dir"] is None:
+        import atexit
+        import tempfile
+        _PCH["dir"] = tempfile.mkdtemp(prefix="nvrtc-headers-")
+        atexit.register(shutil.rmtree, _PCH["dir"], True)
+    return _PCH["dir"]
+
+
+def nvrtc_ptx(src: str, arch: str, reuse: bool | None = None) -> str:
     """CUDA source to PTX text with NVRTC (BuildError with NVRTC's log): the PTX TVM's NVRTC path
-    makes. ``reuse_headers``: keep the parsed headers for the later compiles of this process (a
-    process that compiles once is faster without)."""
+    makes. ``reuse``: keep the parsed headers for the next compiles (default: reuse_headers).
+    A compile that fails with them is tried again without, and the process stops keeping them."""
+    if reuse is None:
+        reuse = _PCH["on"]
+    if not reuse:
+        return _nvrtc(src, arch, [])
+    try:
+        return _nvrtc(src, arch, ["-pch", f"--pch-dir={_pch_dir()}"])
+    except BuildError:
+        ptx = _nvrtc(src, arch, [])          # the kernel's own error, if it has one
+        _PCH["on"] = False                   # else the headers were the trouble (no room to write them)
+        return ptx
+
+
+def _nvrtc(src: str, arch: str, extra: list[str]) -> str:
     from cuda.bindings import nvrtc
     configure_toolchain()
-    flags = nvrtc_flags(arch) + (["-pch"] if reuse_headers else [])
-    if reuse_headers:
+    flags = nvrtc_flags(arch) + extra
+    if extra:
         _size_header_heap(nvrtc)
     ok = nvrtc.nvrtcResult.NVRTC_SUCCESS
     err, prog = nvrtc.nvrtcCreateProgram(nvrtc_program(src).encode(), b"tvm_kernels.cu", 0, None, None)
@@ -196,7 +230,7 @@ def nvrtc_ptx(src: str, arch: str, reuse_headers: bool = True) -> str:
             log = bytearray(size)
             nvrtc.nvrtcGetProgramLog(prog, log)
             raise BuildError(f"NVRTC compilation for {arch} failed:\n{log.decode(errors='replace').rstrip(chr(0))}")
-        if reuse_headers:
+        if extra:
             _grow_header_heap(nvrtc, prog)
         _, size = nvrtc.nvrtcGetPTXSize(prog)
         ptx = bytearray(size)
@@ -206,15 +240,15 @@ def nvrtc_ptx(src: str, arch: str, reuse_headers: bool = True) -> str:
     return ptx.decode(errors="replace").rstrip("\x00")
 
 
-_HEAP = 1 << 30         # reserved, not used: what the headers take (about 160 MiB here) is
+_HEAP = 1 << 30
 
 
 @functools.lru_cache(maxsize=1)
 def _size_header_heap(nvrtc) -> None:
-    """NVRTC keeps its precompiled headers in a heap of fixed size (256 MiB by default), and
-    resizing it drops those it holds. The headers of a tcgen05 kernel (cuda/barrier and
-    cooperative_groups) need about 330 MiB of it and those of a wgmma kernel some more, and a
-    process that compiles both kinds keeps both: so the heap is sized before the first."""
+    """NVRTC maps the precompiled headers it uses into a heap of fixed size (256 MiB by default),
+    and resizing it drops those it holds. The headers of a tcgen05 kernel (cuda/barrier and
+    cooperative_groups) need about 350 MB of it and those of a wgmma kernel about 210 MB, and a
+    process that compiles both keeps both: so the heap is sized before the first."""
     _, have = nvrtc.nvrtcGetPCHHeapSize()
     if have < _HEAP:
         nvrtc.nvrtcSetPCHHeapSize(_HEAP)

@@ -9,7 +9,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from grader import hardware, inputs, run, submission  # noqa: E402
+from grader import hardware, inputs, run, submission, toolchain  # noqa: E402
+
+# The session compiles many kernels in its own processes: NVRTC parses the CUDA headers once each.
+toolchain.reuse_headers()
 
 
 def pytest_collection_modifyitems(config, items):

@@ -106,3 +106,19 @@ def test_a_kernel_lowered_here_is_lowered_once_per_arch(root, tmp_path, monkeypa
     build.compile_only(lab1.build_scale_add(1 << 17), "sm_90a")
     build.compile_only(lab1.build_scale_add(1 << 16), "sm_100a")
     assert lowered == ["sm_90a", "sm_90a", "sm_100a"]
+
+
+def test_in_fresh_thread_returns_or_raises_what_the_call_did_on_a_short_stack():
+    import inspect
+    import threading
+
+    from grader import build
+
+    def deep(n, fn):
+        return fn() if n == 0 else deep(n - 1, fn)
+    here = threading.get_ident()
+    seen = deep(50, lambda: build.in_fresh_thread(lambda: (threading.get_ident(), len(inspect.stack(0)))))
+    assert seen[0] != here and seen[1] < 10                  # the caller's 50 frames are not there
+    with pytest.raises(KeyError) as e:
+        build.in_fresh_thread(lambda: {}["missing"])
+    assert e.value.args == ("missing",)

@@ -32,9 +32,9 @@ def test_ptx_is_tvms_with_and_without_reused_headers(root, tmp_path):
         assert "CUtensorMap" in src                 # the TMA descriptor type TVM's path defines
         want = _tvm_ptx(src, arch)
         assert ".entry" in want
-        assert toolchain.nvrtc_ptx(src, arch, reuse_headers=False) == want, arch
-        assert toolchain.nvrtc_ptx(src, arch) == want, arch
-        assert toolchain.nvrtc_ptx(src, arch) == want, arch     # from the kept headers
+        assert toolchain.nvrtc_ptx(src, arch, reuse=False) == want, arch
+        assert toolchain.nvrtc_ptx(src, arch, reuse=True) == want, arch
+        assert toolchain.nvrtc_ptx(src, arch, reuse=True) == want, arch     # from the kept headers
 
 
 def test_the_cuda_folder_and_ptxas_flags_are_tvms():
@@ -49,3 +49,13 @@ def test_a_compile_error_is_a_build_error_with_nvrtcs_log():
         toolchain.nvrtc_ptx('extern "C" __global__ void k(float* a) { a[0] = undefined_name; }', "sm_90a")
     assert "NVRTC compilation for sm_90a failed" in str(e.value)
     assert 'identifier "undefined_name" is undefined' in str(e.value)
+
+
+def test_headers_that_cannot_be_kept_cost_nothing_but_the_time(monkeypatch):
+    """A process whose precompiled headers cannot be written (no room in its folder) still gets
+    its PTX, and stops trying to keep them."""
+    kernel = '#include <cuda/std/cstdint>\nextern "C" __global__ void k(int* a) { a[0] = 1; }'
+    monkeypatch.setattr(toolchain, "_PCH", {"on": True, "dir": "/dev/null/headers"})   # not a folder
+    ptx = toolchain.nvrtc_ptx(kernel, "sm_90a")
+    assert ".entry k" in ptx and toolchain._PCH["on"] is False
+    assert toolchain.nvrtc_ptx(kernel, "sm_90a", reuse=False) == ptx
