@@ -181,8 +181,9 @@ def reuse_headers(on: bool = True) -> None:
     default). Worth it in a process that compiles many kernels and can spare the room: a
     notebook's kernel, the test session. The headers are files of 200-350 MB each (one per
     arch and header set), in a folder of this process's own, removed when it exits; the
-    grader's children and tool jails, with a small /tmp, leave it off."""
-    _PCH["on"] = on
+    grader's children and tool jails, with a small /tmp, leave it off. ``GRADER_NVRTC_HEADERS=0``
+    in the environment keeps it off everywhere."""
+    _PCH["on"] = on and os.environ.get("GRADER_NVRTC_HEADERS") != "0"
 
 
 _PCH: dict = {"on": False, "dir": None}

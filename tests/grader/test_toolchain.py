@@ -59,3 +59,12 @@ def test_headers_that_cannot_be_kept_cost_nothing_but_the_time(monkeypatch):
     ptx = toolchain.nvrtc_ptx(kernel, "sm_90a")
     assert ".entry k" in ptx and toolchain._PCH["on"] is False
     assert toolchain.nvrtc_ptx(kernel, "sm_90a", reuse=False) == ptx
+
+
+def test_the_environment_can_turn_kept_headers_off(monkeypatch):
+    monkeypatch.setattr(toolchain, "_PCH", {"on": False, "dir": None})
+    toolchain.reuse_headers()
+    assert toolchain._PCH["on"] is True
+    monkeypatch.setenv("GRADER_NVRTC_HEADERS", "0")
+    toolchain.reuse_headers()
+    assert toolchain._PCH["on"] is False
