@@ -9,9 +9,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from grader import hardware, inputs, run, submission, toolchain  # noqa: E402
+from grader import hardware, inputs, run, sandbox, submission, toolchain  # noqa: E402
 
-# The session compiles many kernels in its own processes: NVRTC parses the CUDA headers once each.
+# The session grades in its own processes, as `python -m grader` does: orphans of its children
+# come back to it, to be killed and reaped at once (not left to init, which reaps when it will).
+sandbox.protect_grader()
+# It compiles many kernels in its own processes too: NVRTC parses the CUDA headers once each.
 toolchain.reuse_headers()
 
 
