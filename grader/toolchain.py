@@ -78,7 +78,7 @@ def target(arch: str | None = None):
 
 # What tvm.support.nvcc's NVRTC path (apache-tvm 0.26) puts before a kernel's source, and the
 # options it compiles with: nvrtc_ptx compiles the same program, so the PTX is the same byte for
-# byte (tests/test_toolchain.py compares the two on the course's kernels).
+# byte (tests/grader/test_toolchain.py compares the two on Lab 4's step 4, for both archs).
 _TVM_NVRTC_PREAMBLE = """#include <cuda/std/cstdint>
 using cuda::std::uint8_t;
 using cuda::std::uint16_t;
