@@ -429,9 +429,12 @@ class ChildSession:
             raise SandboxFailure(f"running the notebook's cells did not finish in {timeout:g} s (an endless loop "
                                  f"or far too much work at the top level of a cell); last output:\n{self.output()}")
         except (channel.ChannelClosed, channel.BadMessage) as e:
+            how = self._how_it_ended()            # before close(), which forgets the process
+            if self._reader is not None:
+                self._reader.join(timeout=2)      # all it printed before it ended
             out = self.output()
             self.close()
-            raise SandboxFailure(f"the process running your cells {self._how_it_ended()} before it was ready ({e}); "
+            raise SandboxFailure(f"the process running your cells {how} before it was ready ({e}); "
                                  f"last output:\n{out}") from None
         self.cell_errors = [str(x) for x in hello.get("cell_errors", [])][:50] if isinstance(hello, dict) else []
 

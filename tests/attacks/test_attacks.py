@@ -227,6 +227,18 @@ def test_loops_exits_and_crashes_cost_one_part(tmp_path, monkeypatch, body, word
 
 
 @pytest.mark.slow
+def test_a_notebook_that_exits_while_its_cells_run_is_told_how(tmp_path):
+    """A process that ends before it is ready (here: a module cell that exits) is reported with
+    how it ended and what it printed, for each part, and the parts score nothing."""
+    nb = _extra_cell(_notebook(tmp_path, "return 0", base=SOLUTION, marker='kind = op["kind"]'),
+                     "import os\nprint('about to leave', flush=True)\nos._exit(7)\n")
+    res = _grade(nb, parts=("a_flops",))
+    msg = res["a_flops"].message
+    assert res["a_flops"].points == 0
+    assert "exited with code 7 before it was ready" in msg and "about to leave" in msg, msg
+
+
+@pytest.mark.slow
 def test_an_import_that_never_ends_costs_one_time_limit(tmp_path, monkeypatch):
     from grader import spec
     lab = spec.load("lab1_roofline")
