@@ -68,3 +68,21 @@ def test_the_environment_can_turn_kept_headers_off(monkeypatch):
     monkeypatch.setenv("GRADER_NVRTC_HEADERS", "0")
     toolchain.reuse_headers()
     assert toolchain._PCH["on"] is False
+
+
+def test_the_grading_processes_keep_no_headers():
+    """Kept headers are files a process reads back into its compiles: only a notebook's kernel and
+    this test session keep them. The grader's own processes (CLI, harness, grading run, the child)
+    import everything they use without turning them on."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+    code = ("import grader.cli, grader.run, grader.harness, grader.child, grader.build, grader.devcode; "
+            "from grader import toolchain; print(toolchain._PCH['on'])")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "False"
+    code = "import grader.notebook; from grader import toolchain; print(toolchain._PCH['on'])"
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "True", out.stderr[-2000:]             # the control: a notebook's kernel
