@@ -48,6 +48,26 @@ def device_arch() -> str:
     return f"sm_{major}{minor}" + ("a" if major >= 9 else "")
 
 
+class LaunchesNoCTA(BuildError):
+    """The kernel launches no CTA at the shape it was built for; ``reason`` says so (no_cta)."""
+
+    def __init__(self, message: str, reason: str):
+        super().__init__(message)
+        self.reason = reason
+
+
+def no_cta(plan) -> str | None:
+    """Why a launch plan launches no CTA, or None: a grid extent of 0 as the host code computed it
+    (``declared_grid``; TVM would launch one CTA for it), i.e. a tile count that rounds down to
+    zero. Reads untrusted data without trusting its shape (launch.validate checks the rest)."""
+    launches = plan.get("launches") if isinstance(plan, dict) else None
+    for ln in launches if isinstance(launches, list) else []:
+        grid = ln.get("declared_grid", ln.get("grid")) if isinstance(ln, dict) else None
+        if isinstance(grid, list) and any(type(x) is int and x <= 0 for x in grid):
+            return "it launches no CTA (a grid of 0: a tile count that rounds down to zero)"
+    return None
+
+
 def _submitted_code(ref, arch: str) -> dict:
     from . import launch
     from .remote import BuildFailed
@@ -55,6 +75,9 @@ def _submitted_code(ref, arch: str) -> dict:
         code = ref.device_code(arch)
     except BuildFailed as e:
         raise BuildError(str(e)) from None
+    idle = no_cta(code.get("plan") if isinstance(code, dict) else None)
+    if idle:           # said first: its grid of 1 CTA would also fail the plan's cluster rules
+        raise LaunchesNoCTA(f"{ref.builder}{ref.args} for {arch}: the kernel does no work at this shape: {idle}", idle)
     try:
         launch.validate(code["plan"])
         launch.check_against_ptx(code["plan"], code["ptx"])

@@ -7,9 +7,10 @@ raises is reported and the next cells still run), then answers requests on the s
 
 - ``call``: call a function of the submission with plain JSON arguments; the answer is plain
   JSON. A kernel builder's PrimFunc stays here and is answered with a handle.
-- ``export``: lower a handled kernel for an arch and write its PTX and launch plan into the
-  scratch folder (grader/devcode.py); the grader validates them, assembles the PTX itself and
-  never loads host code made here.
+- ``export``: lower a handled kernel for an arch (grader/devcode.py writes its PTX and launch
+  plan into the scratch folder) and send both files' text in the answer (the grader reads no
+  file of this process's); the grader validates them, assembles the PTX itself and never loads
+  host code made here.
 - ``plot``: call a plotting function with a fresh path and describe the figure it drew.
 
 Nothing here is trusted by the grader: this process holds no seed, no expected value, no timer
@@ -170,8 +171,12 @@ class Child:
                 return {"error": "HostCodeRefused", "message": str(e), "todo": False}
             except Exception as e:  # noqa: BLE001 - a TIRx or NVRTC error is the student's message
                 return {"error": type(e).__name__, "message": build_message(e), "todo": _is_todo(e)}
-            self.exported[key] = {k: os.path.basename(v) for k, v in files.items()}
-        return {"files": self.exported[key]}
+            self.exported[key] = {k: str(v) for k, v in files.items()}
+        code = {}
+        for k in ("json", "ptx"):
+            with open(self.exported[key][k], encoding="utf-8", errors="surrogateescape") as f:  # the grader judges
+                code[k] = f.read()
+        return {"device_code": code}
 
     def op_plot(self, req):
         path = os.path.join(os.getcwd(), "figure.png")

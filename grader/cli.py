@@ -9,10 +9,16 @@ import os
 import subprocess
 import sys
 
-from . import hardware, inputs, report, run, sandbox, spec
+# Only light modules here: `python -m grader --help` must not import torch or TVM. The
+# modules that do (inputs, run) are imported by the commands that use them.
+from . import hardware, report, sandbox, spec
+
+
+EXIT_NOT_GRADED = 4   # some part has the infrastructure verdict (2: a wrong command, 3: no jail here)
 
 
 def cmd_check(args) -> int:
+    from . import inputs, run
     labs = spec.lab_names() if args.lab == "all" else [args.lab]
     for lab in labs:
         if lab not in spec.lab_names():
@@ -22,13 +28,15 @@ def cmd_check(args) -> int:
         print("error: --submission grades one lab: name it (e.g. check lab1_roofline --submission ...)",
               file=sys.stderr)
         return 2
-    seed = args.seed if args.seed is not None else inputs.run_seed()
+    seed = inputs.seed_of(args.seed) if args.seed is not None else inputs.run_seed()
     device = hardware.detect()
     if device.present:
-        print(f"GPU: {device.driver_name}; graded with {device.row_note}; track {device.track}")
+        print(f"GPU: {device.driver_name}; graded with {device.row_note}; track {device.track}", flush=True)
     else:
-        print(f"No GPU ({device.reason}): CPU parts are graded, GPU parts are skipped.")
-    print(f"Submission: {args.submission or 'reference solutions (solutions/)'}; inputs {inputs.seed_label(seed)}")
+        print(f"No GPU ({device.reason}): CPU parts are graded, GPU parts are skipped.", flush=True)
+    # flushed: the lines of the children this command starts go to the same output, in order after these
+    print(f"Submission: {args.submission or 'reference solutions (solutions/)'}; inputs {inputs.seed_label(seed)}",
+          flush=True)
     outputs = [os.path.dirname(os.path.abspath(p)) for p in (args.json, args.gradescope) if p]
     outputs += [os.path.abspath(p) for p in (args.hide or [])]
     try:
@@ -36,7 +44,7 @@ def cmd_check(args) -> int:
     except sandbox.IsolationUnavailable as e:
         print(f"error: {e}", file=sys.stderr)
         return 3
-    print(f"Student code runs in: {level}")
+    print(f"Student code runs in: {level}", flush=True)
     results, notes = [], []
     if len(labs) > 1 and args.jobs > 1:
         results, notes = _check_labs_in_parallel(labs, args, seed)
@@ -51,7 +59,7 @@ def cmd_check(args) -> int:
             return 2
         except Exception as e:  # noqa: BLE001 - a report is always written
             lab_spec = spec.load(lab)
-            results += [report.PartResult(lab, p.id, p.title, 0.0, p.points, report.ERROR,
+            results += [report.PartResult(lab, p.id, p.title, 0.0, p.points, report.INFRASTRUCTURE,
                                           f"the grader failed on this lab: {type(e).__name__}: {e}", p.needs_gpu)
                         for p in lab_spec.parts if not args.part or p.id in args.part]
     print(report.format_table(results))
@@ -66,6 +74,8 @@ def cmd_check(args) -> int:
         report.write_gradescope(rep, args.gradescope)
         print(f"wrote {args.gradescope}")
     bad = [r for r in results if r.verdict in (report.FAILED, report.ERROR)]
+    if report.not_graded(results):
+        return EXIT_NOT_GRADED       # the machine failed: never a silent 0, whatever --strict says
     return 1 if (bad and args.strict) else 0
 
 
@@ -76,10 +86,11 @@ def _check_labs_in_parallel(labs: list[str], args, seed: int):
     import tempfile
     import time
 
+    from . import inputs, run
     from . import report as report_mod
     tmp = tempfile.mkdtemp(prefix="grader-all-")
     pending, running, done = list(labs), {}, {}
-    start = time.monotonic()
+    started: dict[str, float] = {}
     try:
         while pending or running:
             while pending and len(running) < args.jobs:
@@ -98,6 +109,7 @@ def _check_labs_in_parallel(labs: list[str], args, seed: int):
                 log = open(os.path.join(tmp, f"{lab}.log"), "w")
                 running[lab] = (subprocess.Popen(cmd, env=env, pass_fds=(r,), stdout=log, stderr=subprocess.STDOUT), out, log)
                 os.close(r)
+                started[lab] = time.monotonic()
                 print(f"[{lab}] started ({len(running)} running, {len(pending)} waiting)", flush=True)
             time.sleep(0.2)
             for lab, (proc, out, log) in list(running.items()):
@@ -116,7 +128,7 @@ def _check_labs_in_parallel(labs: list[str], args, seed: int):
                                              if not args.part or p.id in args.part], "notes": []}
                 got = sum(r["points"] for r in done[lab]["results"])
                 total = sum(r["max_points"] for r in done[lab]["results"])
-                print(f"[{lab}] done in {time.monotonic() - start:.0f} s: {got:.2f} / {total:g}", flush=True)
+                print(f"[{lab}] done in {time.monotonic() - started[lab]:.0f} s: {got:.2f} / {total:g}", flush=True)
     finally:
         for proc, _, log in running.values():
             proc.kill()
@@ -129,12 +141,15 @@ def _check_labs_in_parallel(labs: list[str], args, seed: int):
 
 
 def cmd_generate(args) -> int:
-    """nbgrader generate_assignment for every lab (or the one named), into assignments/."""
+    """nbgrader generate_assignment for every lab (or the one named), into assignments/ only.
+    nbgrader's gradebook is left alone (``--no-db``): a lab is registered there when the
+    instructor releases it (``nbgrader generate_assignment <lab>``), so that ``nbgrader export``
+    gives no student a 0 for a lab not handed out yet."""
     labs = spec.lab_names() if args.lab == "all" else [args.lab]
-    root = run.sandbox.REPO_ROOT
+    root = sandbox.REPO_ROOT
     for lab in labs:
         print(f"generating assignments/{lab} from solutions/{lab} ...")
-        proc = subprocess.run([sys.executable, "-m", "nbgrader", "generate_assignment", lab, "--force",
+        proc = subprocess.run([sys.executable, "-m", "nbgrader", "generate_assignment", lab, "--force", "--no-db",
                                "--CourseDirectory.root=" + root], cwd=root)
         if proc.returncode:
             return proc.returncode
@@ -148,7 +163,7 @@ def cmd_compile(args) -> int:
     import shutil
     import tempfile
 
-    from . import build, grading, inspect, remote, submission
+    from . import build, grading, inspect, remote, run, submission
     lab_spec = spec.load(args.lab)
     try:
         sandbox.require_isolation(args.unsafe_no_sandbox)
@@ -192,7 +207,7 @@ def _compile_all(args, lab_spec, module, build, inspect, grading) -> int:
                 f.write(data)
         with open(f"{stem}.cubin", "wb") as f:
             f.write(art.cubin)
-        checks = inspect.check_all(part.mechanisms, {"sass": art.sass, "ptx": art.ptx, "cuda": art.cuda_source})
+        checks = inspect.check_all(part.mechanisms, inspect.launched_texts(art))
         print(f"{name} for {arch}: {stem}.{{cu,ptx,cubin,sass}}" + "".join(f"\n    {c.message}" for c in checks))
     return status
 
@@ -206,7 +221,10 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--part", action="append", help="grade only this part (repeatable)")
     c.add_argument("--json", help="write the full report (schema in grader/report.py) here")
     c.add_argument("--gradescope", help="write Gradescope's results.json here")
-    c.add_argument("--seed", type=int, help="override the input seed (default: GRADER_SECRET_SEED, else public)")
+    c.add_argument("--seed", metavar="SECRET",
+                   help="the secret seed, any string; the same inputs and hidden cases as GRADER_SECRET_SEED "
+                        "with that value (default: GRADER_SECRET_SEED, else the public seed). Other users of "
+                        "this machine can read a command line: prefer the variable")
     c.add_argument("--public", action="store_true", help="public cases only (what students see)")
     c.add_argument("--strict", action="store_true", help="exit 1 when any part fails or errs")
     c.add_argument("--hide", action="append", metavar="DIR",
@@ -221,7 +239,8 @@ def main(argv: list[str] | None = None) -> int:
                         "per two cores, at most eight; one per four cores, at most four, per lab when "
                         "several labs are graded at once)")
     c.set_defaults(func=cmd_check)
-    g = sub.add_parser("generate", help="regenerate assignments/ from solutions/ with nbgrader")
+    g = sub.add_parser("generate", help="regenerate assignments/ from solutions/ with nbgrader (writes assignments/ "
+                                        "only; nbgrader's gradebook is left alone)")
     g.add_argument("lab", nargs="?", default="all")
     g.set_defaults(func=cmd_generate)
     k = sub.add_parser("compile", help="compile a lab's kernels for sm_90a/sm_100a (no GPU needed) and "
@@ -235,9 +254,12 @@ def main(argv: list[str] | None = None) -> int:
     edition.register(sub)
     from .classroom import commands as classroom  # a whole class: batch, collect, gradebook
     classroom.register(sub)
+    from .classroom import queue  # python -m grader queue-check: the public check as a Slurm job on a GPU
+    queue.register(sub)
     argv = sys.argv[1:] if argv is None else argv
     args = ap.parse_args(argv)
     if args.command == "check":
+        from . import inputs
         inputs.restart_without_secret(argv)
         sandbox.protect_grader()
         import signal

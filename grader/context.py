@@ -37,3 +37,16 @@ class Context:
     def error_result(self, verdict: str, message: str) -> report.PartResult:
         return report.PartResult(self.lab.lab, self.part.id, self.part.title, 0.0, self.part.points,
                                  verdict, message, self.part.needs_gpu, {})
+
+
+class CaseFailed(Exception):
+    """The submission raised on one case of a table of calls (grading.grade_calls); the verdict
+    (grader/verdict.py) decides what of it is shown. ``label``: the case as a message may name it
+    (a public call with its arguments, or "hidden case #k"); ``error``: what was raised;
+    ``clean``: no hidden case of the table had run before it, so text the submission produced
+    can carry public inputs only. Its own text names the case and the exception's type, nothing
+    the submission wrote."""
+
+    def __init__(self, label: str, error: BaseException, hidden: bool, clean: bool):
+        super().__init__(f"{label} raised an exception")
+        self.label, self.error, self.hidden, self.clean = label, error, hidden, clean

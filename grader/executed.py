@@ -242,7 +242,7 @@ def correctness_run(lab_spec, name: str, arch: str):
 
 # The largest public shape whose work (bytes moved plus FLOPs) stays under this is profiled: the
 # instrumented replay is slow, and the smallest shape may not reach every path of the kernel.
-PROFILE_WORK = 4e9
+PROFILE_WORK = 2e10
 
 
 def _size(prob, shape) -> float:

@@ -12,7 +12,7 @@ import re
 from typing import Any, Callable
 
 from . import build, compare, hardware, inspect, timing
-from .context import Context, Outcome
+from .context import CaseFailed, Context, Outcome
 
 
 def student(module, name: str) -> Callable:
@@ -63,10 +63,25 @@ def grade_calls(calls: list[Call], noun: str = "cases", per_function: bool = Fal
     """The one grader of a table of calls: the share answered right; the first wrong public call
     shown with its arguments, answer and expected answer (and a word when the answer is not even
     of the expected kind), a wrong hidden call by its number only; with ``per_function``, the
-    count of each function too. NotImplementedError propagates."""
+    count of each function too. A call that raises stops the table with context.CaseFailed (the
+    case, what it raised, and whether a hidden case had run before): grader/verdict.py shows a
+    hidden case's exception by its type alone. The sandbox's failures (a crash, a time limit)
+    and a kernel hang pass through as they are."""
+    from .sandbox import SandboxFailure
     wrong, per_fn, hidden_seen = [], {}, 0
     for c in calls:
-        got = c.run()
+        label = hidden_case_name(hidden_seen) if c.hidden else None
+        try:
+            got = c.run()
+        except (SandboxFailure, timing.KernelHang):
+            raise
+        except Exception as e:  # noqa: BLE001 - said by the verdict, by case
+            failed = CaseFailed(label or c.label(), e, c.hidden, clean=hidden_seen == 0)
+        else:
+            failed = None
+        if failed is not None:
+            raise failed from None
+        got = _as_json(got)
         verdict = c.same(got, c.expected)
         ok, detail = verdict if isinstance(verdict, tuple) else (bool(verdict), "")
         right, total = per_fn.get(c.fn, (0, 0))
@@ -86,16 +101,32 @@ def grade_calls(calls: list[Call], noun: str = "cases", per_function: bool = Fal
     return cases_outcome(len(calls), wrong, noun, counts)
 
 
+def _as_json(x):
+    """An answer as the grader receives it from its child, where it crossed as JSON: tuples are
+    lists. A check cell's answers are made the same, so that both compare and show one value."""
+    if isinstance(x, (list, tuple)):
+        return [_as_json(v) for v in x]
+    if isinstance(x, dict):
+        return {k: _as_json(v) for k, v in x.items()}
+    return x
+
+
 def _shown(x, limit: int = 300) -> str:
-    text = repr(x)
+    """An answer as messages show it, the same in the grader and in a check cell (tuples as lists)."""
+    text = repr(_as_json(x))
     return text if len(text) <= limit else text[:limit - 5] + " ...]"
 
 
 HIDDEN_CASE = "hidden case #"
 
 
+def hidden_case_name(k: int) -> str:
+    """The k-th (0-based) hidden case, as every message names it."""
+    return f"{HIDDEN_CASE}{k + 1}"
+
+
 def hidden_case(k: int) -> str:
-    return f"{HIDDEN_CASE}{k + 1} (its inputs and answer are not shown)"
+    return f"{hidden_case_name(k)} (its inputs and answer are not shown)"
 
 
 def public_len(case_fn: Callable[[Context], list], ctx: Context) -> int:
@@ -201,20 +232,30 @@ def builder_args(params: dict) -> dict:
     return {k: v for k, v in params.items() if k not in ("builder", "builders", "archs")}
 
 
-def build_part(module, ctx: Context, extra: Callable | None = None) -> Outcome:
+EVIDENCE = {"static": inspect.STATIC}     # provenance label -> how a build part's report names it
+
+
+def build_part(module, ctx: Context, extra: Callable | None = None, texts: Callable | None = None,
+               evidence: str = "static") -> Outcome:
     """Compile-only check of every builder the part names (``builder`` or ``builders``) for every
     arch it lists, with its mechanism checks on the SASS, the PTX and the CUDA source of the code
     the harness would launch (grader/inspect.py says which check reads what; a part with a check
     of the CUDA source has that source compiled by the grader, in a tool jail, so that the source
-    it reads is the source of the code it inspects). A kernel that does no work at the part's
-    shape (no CTA launched, or no MMA and no TMA instruction emitted) is reported as such and gets
-    nothing for that arch. ``extra(builder, art)`` -> (ok, message, measurements) is a further
-    check of the lab's (its launch plan, its PTX). Each (builder, arch) is compiled once and
-    scores an equal share; an exception in a check is the part's error verdict, never a pass."""
+    it reads is the source of the code it inspects). The checks read the launched code only
+    (``inspect.launched_texts``: the entries of the launch plan and what they call), or the
+    listings ``texts(builder, arch, art)`` returns instead (e.g. the instructions a GPU executed),
+    named in the report by ``evidence`` (``EVIDENCE``, or the label itself; ``texts`` may return
+    (listings, label) to name the evidence of one builder and arch). A kernel that does
+    no work at the part's shape (no CTA launched, or no MMA and no TMA instruction emitted) is
+    reported as such and gets nothing for that arch. ``extra(builder, art)`` -> (ok, message,
+    measurements) is a further check of the lab's (its launch plan, its PTX). Each (builder,
+    arch) is compiled once and scores an equal share; an exception in a check is the part's error
+    verdict, never a pass."""
     p = ctx.part.params
     names = builder_names(p)
     args = builder_args(p)
     own_ptx = any(inspect.MECHANISMS[m].where == "cuda" for m in ctx.part.mechanisms)
+    label = EVIDENCE.get(evidence, evidence)
     scores, lines, meas = [], [], {}
     for name in names:
         builder = student(module, name)
@@ -223,29 +264,38 @@ def build_part(module, ctx: Context, extra: Callable | None = None) -> Outcome:
             kw = dict(args)
             if kw.get("num_sms") == "arch":      # a persistent kernel compiled for the track's reference GPU
                 kw["num_sms"] = hardware.SPECS[hardware.TRACK_DEFAULT[arch]].sm_count
+            shape = ", ".join(f"{k}={v}" for k, v in kw.items())
             try:
                 art = build.compile_only(builder(**kw), arch, want_sass=True, own_ptx=own_ptx)
             except NotImplementedError:
                 raise
+            except build.LaunchesNoCTA as e:
+                scores.append(0.0)
+                where[arch] = {"degenerate": e.reason}
+                per_arch.append(f"{arch}: the kernel degenerates at the build shape ({shape}): {e.reason}. "
+                                "The build part is graded at this shape: the kernel must do its work there")
+                continue
             except build.BuildError as e:
                 scores.append(0.0)
                 per_arch.append(f"{arch}: does not build: {explain_build_error(e)}")
                 continue
-            texts = {"sass": art.sass, "ptx": art.ptx, "cuda": art.cuda_source}
-            idle = degenerate(art, texts, ctx.part.mechanisms)
+            listings, named = (texts(name, arch, art) if texts is not None else inspect.launched_texts(art)), label
+            if isinstance(listings, tuple):
+                listings, named = listings[0], EVIDENCE.get(listings[1], listings[1])
+            idle = degenerate(art, listings, ctx.part.mechanisms)
             if idle:
                 scores.append(0.0)
-                where[arch] = {"degenerate": idle}
-                shape = ", ".join(f"{k}={v}" for k, v in kw.items())
+                where[arch] = {"degenerate": idle, "evidence": named}
                 per_arch.append(f"{arch}: compiled, but the kernel degenerates at the build shape ({shape}): {idle}. "
                                 "The build part is graded at this shape: the kernel must do its work there")
                 continue
-            checks = inspect.check_all(ctx.part.mechanisms, texts)
+            checks = inspect.check_all(ctx.part.mechanisms, listings)
             good = all(c.ok for c in checks)
             where[arch] = {c.name: c.count for c in checks}
+            where[arch]["evidence"] = named
             if art.plan:
                 where[arch]["ctas"] = sum(math.prod(ln["grid"]) for ln in art.plan["launches"])
-            line = f"{arch}: compiled; " + "; ".join(c.message for c in checks)
+            line = f"{arch}: compiled; {named}; " + "; ".join(c.message for c in checks)
             if extra is not None:
                 ok, msg, m = extra(name, art)
                 good, line = good and ok, line + "; " + msg
@@ -265,14 +315,15 @@ _WORK_SASS = re.compile(r"\b(?:UTC\w*MMA|HGMMA|UTMALDG|UTMASTG)\b")
 def degenerate(art, texts: dict[str, str], mechanisms) -> str | None:
     """Why the compiled kernel does no work at its build shape, or None. Zero CTAs: a grid
     extent of 0 in its launch plan (the host code TIRx generated, which TVM would launch as one
-    CTA). No work: a part that checks MMA or TMA mechanisms and a SASS that holds none of them
-    (the code that would issue them was folded away, e.g. a tile loop whose trip count is zero)."""
-    plan = art.plan or {}
-    if any(0 in ln.get("declared_grid", ln.get("grid", [1])) for ln in plan.get("launches", [])):
-        return "it launches no CTA (a grid of 0: a tile count that rounds down to zero)"
+    CTA; ``build.no_cta``). No work: a part that checks MMA or TMA mechanisms and a SASS of the
+    launched code (``texts``) that holds none of them (the code that would issue them was folded
+    away, e.g. a tile loop whose trip count is zero)."""
+    idle = build.no_cta(art.plan)
+    if idle:
+        return idle
     if set(mechanisms) & _WORK_MECHANISMS and texts.get("sass") and not _WORK_SASS.search(texts["sass"]):
-        return ("it emits no MMA and no TMA instruction (no UTC*MMA, HGMMA, UTMALDG or UTMASTG in the SASS: "
-                "the code that issues them was compiled away)")
+        return ("it emits no MMA and no TMA instruction (no UTC*MMA, HGMMA, UTMALDG or UTMASTG in the SASS of "
+                "the launched code: the code that issues them was compiled away)")
     return None
 
 
@@ -353,23 +404,31 @@ class Work:
     flops: float = 0.0
 
 
-def timed_ratio(ctx: Context, kernel: Callable[[], Any], kernel_work: Work, baseline_name: str,
-                baseline: Callable[[], Any], baseline_work: Work, metric: str,
+def timed_ratio(ctx: Context, kernel: Callable[[], Any] | timing.Rotation, kernel_work: Work, baseline_name: str,
+                baseline: Callable[[], Any] | timing.Rotation, baseline_work: Work, metric: str,
                 measurements: dict[str, Any] | None = None,
-                extras: dict[str, tuple[Callable[[], Any], Work]] | None = None) -> Outcome:
-    """Time the submission and a same-run baseline interleaved (L2 flushed before each call),
-    reject physically impossible times, and grade the ratio of their rates against the part's
-    threshold row. ``metric`` is "bandwidth" (bytes/s) or "flops" (FLOP/s). ``extras`` are timed
-    in the same rotation and recorded (rates in the measurements), not graded."""
+                extras: dict[str, tuple[Callable[[], Any] | timing.Rotation, Work]] | None = None) -> Outcome:
+    """Time the submission and a same-run baseline interleaved (each call's argument set rotated
+    and its outputs poisoned, then L2 flushed, all untimed; timing.Rotation), reject a timed call
+    whose check fails (the kernel's rotation checks each timed call: timing's docstring) and
+    physically impossible times, and grade the ratio of their rates against the part's threshold
+    row. ``metric`` is "bandwidth" (bytes/s) or "flops" (FLOP/s). ``extras`` are timed in the same
+    rotation and recorded (rates in the measurements), not graded."""
     gpu = require_gpu(ctx)
     end_student_code(ctx)
     runs = {"kernel": (kernel, kernel_work), baseline_name: (baseline, baseline_work), **(extras or {})}
+    rotations = {name: timing.as_rotation(fn) for name, (fn, _) in runs.items()}
     clocks_before = timing.read_clocks()
-    stats = timing.measure_interleaved({name: fn for name, (fn, _) in runs.items()},
-                                       timing.CudaEventClock(), timing.L2Flusher(gpu.l2_mib << 20))
-    clocks_after = timing.read_clocks()
     meas = dict(measurements or {})
-    meas.update({name: s.summary() for name, s in stats.items()})
+    try:
+        stats = timing.measure_interleaved(rotations, timing.CudaEventClock(), timing.L2Flusher(gpu.l2_mib << 20))
+    except timing.WrongTimedCall as e:
+        meas["checked_calls"] = {name: rot.checked for name, rot in rotations.items() if rot.check is not None}
+        return Outcome(0.0, str(e), meas, verdict="failed")
+    clocks_after = timing.read_clocks()
+    for name, s in stats.items():
+        meas[name] = {**s.summary(), "argument_sets": len(rotations[name].calls),
+                      "checked_calls": rotations[name].checked}
     meas.update({"clocks_before": clocks_before, "clocks_after": clocks_after, "gpu": ctx.device.driver_name})
     unit = "TB/s" if metric == "bandwidth" else "TFLOP/s"
     rates = {}

@@ -1,7 +1,8 @@
 """GPU specifications, detection of the present GPU, and the CPU-only mode.
 
 The table holds datasheet figures (dense tensor-core rates, without sparsity).
-They are the ceilings the roofline lab draws and the floor the timing module
+They are the ceilings the roofline lab draws and, with the margin each GPU's
+clocks allow (``hbm_margin``, ``fp16_margin``), the floor the timing module
 uses to reject impossible measurements. A GPU missing from the table is
 graded against the row of its track (``sm_90a`` or ``sm_100a``) and the report
 says which row was used.
@@ -26,6 +27,11 @@ class GPUSpec:
     hbm_tbps: float         # HBM bandwidth, TB/s (1e12 bytes per second)
     smem_per_block_kib: int # largest dynamic shared memory per block, KiB
     l2_mib: int             # L2 cache size, MiB
+    # How far the GPU's own clocks put its ceilings above the datasheet figures: the floor that
+    # rejects impossible times (timing.physical_floor) sits at figure x margin. 1.0 where the
+    # clocks have not been read on that GPU.
+    hbm_margin: float = 1.0     # bus width x memory clock (NVML) over hbm_tbps
+    fp16_margin: float = 1.0    # highest SM clock over the clock fp16_tflops is quoted at
 
     @property
     def peak_flops(self) -> float:
@@ -43,13 +49,22 @@ class GPUSpec:
         return self.peak_flops / self.bandwidth
 
 
+# Hopper's margins. fp16: 989 TFLOP/s is 132 SMs x 4096 dense fp16 FLOP per SM and clock at
+# 1830 MHz; the SM clock goes up to 1980 MHz (NVML's sm_clock_max_mhz in every report of
+# reports/h200/). HBM: the H200's 6144-bit bus at NVML's memory clock of 3201 MHz, two transfers
+# per clock, moves 4.92 TB/s, 2.4% above the datasheet's 4.8 (a rounded pin rate). The best
+# rates the H200 reports record are 4.25 TB/s and 768 TFLOP/s, well below either ceiling.
+HOPPER_FP16_MARGIN = 1980 / 1830
+H200_HBM_MARGIN = 2 * 3201e6 * 6144 / 8 / 4.8e12
+
 SPECS: dict[str, GPUSpec] = {
     "B200": GPUSpec("B200", "sm_100a", sm_count=148, fp16_tflops=2250.0, fp32_tflops=75.0,
                     hbm_tbps=8.0, smem_per_block_kib=227, l2_mib=126),
     "H200": GPUSpec("H200", "sm_90a", sm_count=132, fp16_tflops=989.0, fp32_tflops=67.0,
-                    hbm_tbps=4.8, smem_per_block_kib=227, l2_mib=50),
+                    hbm_tbps=4.8, smem_per_block_kib=227, l2_mib=50,
+                    hbm_margin=H200_HBM_MARGIN, fp16_margin=HOPPER_FP16_MARGIN),
     "H100": GPUSpec("H100", "sm_90a", sm_count=132, fp16_tflops=989.0, fp32_tflops=67.0,
-                    hbm_tbps=3.35, smem_per_block_kib=227, l2_mib=50),
+                    hbm_tbps=3.35, smem_per_block_kib=227, l2_mib=50, fp16_margin=HOPPER_FP16_MARGIN),
 }
 
 # The row used for a GPU of a track that has no row of its own.

@@ -2,10 +2,11 @@
 trusted process started by the grader (grader/run.py) with the secret seed removed from its
 environment.
 
-It runs the grading functions of GPU parts: makes the inputs and the float64 references, turns
-each kernel's PTX and launch plan into a cubin it assembled and launches itself (grader/launch.py),
-compares, and times with its own CUDA events. No submission code runs here, host code included: calls to the submission (a kernel builder) go through the grading
-process to the sandboxed child (remote.BrokerBackend), and before a kernel is timed the child
+It grades GPU parts with grader/verdict.py (the lab's grading function and its verdict): makes
+the inputs and the float64 references, turns each kernel's PTX and launch plan into a cubin it
+assembled and launches itself (grader/launch.py), compares, and times with its own CUDA events.
+No submission code runs here, host code included: calls to the submission (a kernel builder) go
+through the grading process to the sandboxed child (remote.BrokerBackend), and before a kernel is timed the child
 and everything it started are stopped.
 
 A kernel that does not finish within timing.HANG_S seconds of a wait is reported as a hang and
@@ -17,19 +18,18 @@ import os
 import socket
 import sys
 
-from . import channel, dispatch, hardware, report, sandbox, spec, timing
+from . import channel, hardware, report, sandbox, spec, timing, verdict
 from .context import Context
 from .remote import BrokerBackend, RemoteSubmission
 
 
 def grade(job: dict, backend: BrokerBackend, device) -> report.PartResult:
-    from .run import outcome_to_result
     lab_spec = spec.load(job["lab"])
     part = lab_spec.part(job["part"])
     ctx = Context(lab_spec, part, int(job["seed"]), device, public_only=bool(job["public_only"]),
                   end_student_code=backend.end)
     timing.HANG_S = float(part.params.get("hang_s", timing.HANG_S))
-    return outcome_to_result(ctx, lambda: dispatch.grade(lab_spec.lab, part.id, RemoteSubmission(backend), ctx))
+    return verdict.grade_part(RemoteSubmission(backend), ctx)
 
 
 def main(argv: list[str]) -> int:

@@ -42,14 +42,24 @@ def secret_seed() -> int | None:
         if fd is not None:
             with os.fdopen(int(fd), "rb") as f:
                 raw = f.read().decode() or None
-        if raw in (None, ""):
-            _secret = None
-        elif raw.startswith(_DERIVED):
+        if raw is not None and raw.startswith(_DERIVED):
             _secret = int(raw[len(_DERIVED):])
         else:
-            _secret = derive_secret(raw)
+            _secret = parse_secret(raw)
         _secret_read = True
     return _secret
+
+
+def parse_secret(raw: str | None) -> int | None:
+    """The run seed of a secret as the instructor gives it (``GRADER_SECRET_SEED`` or ``check
+    --seed``, any string): None when unset or empty (the public seed), else :func:`derive_secret`."""
+    return None if raw in (None, "") else derive_secret(raw)
+
+
+def seed_of(raw: str | None) -> int:
+    """The seed a run uses for the secret ``raw``: derived from it, or the public seed."""
+    s = parse_secret(raw)
+    return PUBLIC_SEED if s is None else s
 
 
 def seed_key_path() -> str:

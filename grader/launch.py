@@ -183,8 +183,62 @@ def arg_size(a: dict) -> int:
     return ctypes.sizeof(SCALAR_CTYPE[a["dtype"]])
 
 
+# Module-scope state. A variable declared `.global` at module scope (CUDA's `__device__ int n;`)
+# lives in global memory for as long as the module is loaded and keeps its value from one launch
+# to the next: a kernel could count its launches or remember the pointers it was given, and skip
+# the work on the calls it guesses are timed. The course's kernels keep no such state, so a
+# `.global` variable that the kernel's code uses refuses the kernel before any launch. Two kinds
+# of declaration stay allowed. `.global` variables that no instruction names: the CUDA headers
+# declare dozens (CCCL's `integral_constant<...>::value`, `numeric_limits<...>` members; every
+# kernel TVM generates carries them), and code that never names a variable cannot read or write
+# it. `.const` and `.shared`: device code cannot store to the constant bank (only the host can,
+# and the grader never does), and shared memory lives only as long as its CTA.
+_PTX_COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
+_GLOBAL_DECL = re.compile(r"(?m)^[ \t]*(?:\.(?:visible|extern|weak|common)[ \t]+)*\.global\b[^;{}]*;")
+_IDENT = re.compile(r"[A-Za-z_$%][\w$]*")
+
+
+def _declared_names(decl: str) -> list[str]:
+    """The variable names of one `.global ...;` declaration (its initializer and extents dropped)."""
+    head = re.sub(r"\[[^\]]*\]", " ", decl.split("=", 1)[0].rstrip(";"))
+    names = []
+    for chunk in head.split(","):
+        words = [w for w in chunk.split() if not w.startswith(".") and not w.isdigit()]
+        if words and _IDENT.fullmatch(words[-1]):
+            names.append(words[-1])
+    return names
+
+
+def module_state(ptx: str) -> list[str]:
+    """The module-scope `.global` variables that the PTX's code names (reads, writes, takes the
+    address of, or puts in another variable's initializer)."""
+    text = _PTX_COMMENT.sub(" ", ptx)
+    decls = list(_GLOBAL_DECL.finditer(text))
+    rest = _GLOBAL_DECL.sub(" ", text)
+    used = set(_IDENT.findall(rest))
+    for d in decls:                     # an initializer that names another variable uses it
+        if "=" in d.group(0):
+            used.update(_IDENT.findall(d.group(0).split("=", 1)[1]))
+    return sorted({n for d in decls for n in _declared_names(d.group(0)) if n in used})
+
+
+def check_module_state(ptx: str) -> None:
+    """Refuse a PTX whose code uses a module-scope `.global` variable (see above)."""
+    state = module_state(ptx)
+    if state:
+        shown = ", ".join(state[:5]) + (f" and {len(state) - 5} more" if len(state) > 5 else "")
+        raise PlanRejected(
+            f"the kernel's code uses module-scope global memory ({shown}: a `__device__` variable, declared "
+            ".global in its PTX). Such a variable keeps its value from one launch to the next, so a kernel "
+            "could remember earlier calls and skip work while it is timed; the grader launches no kernel "
+            "that keeps state between launches. Keep every value in the tensors the kernel is given, in "
+            "registers or in shared memory")
+
+
 def check_against_ptx(plan: dict, ptx: str) -> None:
-    """Every launched kernel is an entry of the PTX and its arguments have the entry's sizes."""
+    """Every launched kernel is an entry of the PTX and its arguments have the entry's sizes; the
+    PTX keeps no state between launches (:func:`check_module_state`)."""
+    check_module_state(ptx)
     entries = entry_params(ptx)
     for ln in plan["launches"]:
         if ln["name"] not in entries:

@@ -9,7 +9,12 @@
   largest error) and draws a heat map of the wrong tiles of a matrix. Kernels are compiled,
   launched and timed the way the grader does (:func:`compile_kernel`, :func:`time_calls`): the
   same arch, the same launch plan and driver launch (build.local_kernel), the same timing code (grader/timing.py via grading.timed_ratio), and a
-  speed part below full credit is measured again, best of ``run.PERF_TRIALS``.
+  speed part below full credit is measured again, best of ``verdict.PERF_TRIALS``. The verdict is
+  grader/verdict.py's, the rule the grader applies. A function whose cell, as last run, has a
+  syntax error is said as that: the cell and the line, not a missing name nor the definition an
+  earlier run of the cell left behind (:class:`_Cells` reads what this kernel ran). Cells are named
+  as the grader names them, "cell 8 (a_bytes)": the position in the saved notebook and the
+  cell's grade id.
 - ``grade(lab, part)`` is what the locked graded cells call. It is not a source of scores:
   ``nbgrader autograde`` never runs the notebook (grader/classroom/nbgrader_autograde.py grades the saved
   file with ``python -m grader check`` and fills the graded cells in). Run by a student, it says
@@ -21,7 +26,9 @@
 """
 from __future__ import annotations
 
+import ast
 import functools
+import json
 import math
 import os
 import re
@@ -31,7 +38,7 @@ import time
 import traceback
 import types
 
-from . import dispatch, hardware, inputs, report, spec, toolchain
+from . import hardware, inputs, report, spec, submission, toolchain, verdict
 from .context import Context
 
 _RESULTS: dict[tuple[str, str], report.PartResult] = {}
@@ -82,8 +89,7 @@ def check(lab: str, part_id: str, namespace: dict) -> None:
     start = time.perf_counter()
     res, mismatch = _run_part(lab, part, namespace, device)
     if _is_speed(part) and res.verdict in (report.PARTIAL, report.FAILED) and "ratio" in res.measurements:
-        from .run import perf_trials
-        res = perf_trials(res, lambda: _run_part(lab, part, namespace, device)[0])
+        res = verdict.perf_trials(res, lambda: _run_part(lab, part, namespace, device)[0])
     _RESULTS[(lab, part_id)] = res
     text = verdict_text(res, time.perf_counter() - start)
     if res.verdict in (report.PASSED, report.SKIPPED):
@@ -101,35 +107,55 @@ def _run_part(lab: str, part: spec.Part, namespace: dict, device) -> tuple[repor
     hang_s, timing.HANG_S = timing.HANG_S, float(part.params.get("hang_s", timing.HANG_S))   # as the harness does
     try:
         # kernels compiled and loaded as the grader loads them (_KERNELS)
-        outcome = dispatch.grade(lab, part.id, _module(namespace, part), ctx, lower=_KERNELS.lower)
-        return ctx.to_result(outcome), mismatch
+        module = _module(namespace, part, _Cells.current(namespace, lab).broken())
+        return verdict.grade_part(module, ctx, lower=_KERNELS.lower, describe=describe_error), mismatch
     except timing.KernelHang as e:
         return ctx.error_result(report.ERROR, f"timed out: {e}: most likely a barrier wait that never completes. "
                                 "The GPU is still running it: restart the notebook's kernel before the next GPU "
                                 "cell."), mismatch
-    except Exception as e:  # noqa: BLE001 - every failure is this part's verdict, said once
-        if _not_implemented(e):
-            return ctx.error_result(report.FAILED, "not implemented yet: " + _todo_line(e)), mismatch
-        return ctx.error_result(report.ERROR, describe_error(e)), mismatch
     finally:
         timing.HANG_S = hang_s
 
 
-def _module(namespace: dict, part: spec.Part) -> types.SimpleNamespace:
+class CellSyntaxError(Exception):
+    """A function the part grades is defined in a cell whose last run did not compile."""
+
+
+class _NotebookModule:
+    """The notebook's names as the submission's module: a name whose defining cell, as last run,
+    has a syntax error raises CellSyntaxError instead of giving what an earlier run left behind."""
+
+    def __init__(self, namespace: dict, broken: dict[str, str], wrap=lambda v: v):
+        self._namespace, self._broken, self._wrap = namespace, broken, wrap
+
+    def __getattr__(self, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        if name in self._broken:
+            raise CellSyntaxError(self._broken[name])
+        try:
+            return self._wrap(self._namespace[name])
+        except KeyError:
+            raise AttributeError(name) from None
+
+
+def _module(namespace: dict, part: spec.Part, broken: dict[str, str] | None = None) -> _NotebookModule:
     """The notebook's names as the submission's module. For a part that builds kernels, each
     function of the notebook runs in a fresh thread when the grader calls it (build.in_fresh_thread:
     TIRx's parser is about twice as fast there as under the cell's deep stack)."""
     if part.kind not in ("build", "kernel"):
-        return types.SimpleNamespace(**namespace)
+        return _NotebookModule(namespace, broken or {})
     from . import build
 
     def shallow(fn):
+        if not isinstance(fn, types.FunctionType):
+            return fn
+
         @functools.wraps(fn)
         def call(*args, **kwargs):
             return build.in_fresh_thread(fn, *args, **kwargs)
         return call
-    return types.SimpleNamespace(**{k: shallow(v) if isinstance(v, types.FunctionType) else v
-                                    for k, v in namespace.items()})
+    return _NotebookModule(namespace, broken or {}, shallow)
 
 
 def _is_speed(part: spec.Part) -> bool:
@@ -139,7 +165,7 @@ def _is_speed(part: spec.Part) -> bool:
 def verdict_text(res: report.PartResult, seconds: float | None = None) -> str:
     """One line for a check cell (the message's further details indented below it)."""
     mark = {report.PASSED: "PASS", report.PARTIAL: "PARTIAL", report.FAILED: "FAIL", report.ERROR: "ERROR",
-            report.SKIPPED: "SKIP"}[res.verdict]
+            report.SKIPPED: "SKIP", report.INFRASTRUCTURE: "NOT GRADED"}[res.verdict]
     took = f", {seconds:.1f} s" if seconds is not None and seconds >= 0.5 else ""
     if res.verdict == report.SKIPPED:
         head = f"[{mark}] {res.lab}/{res.part}"
@@ -157,26 +183,15 @@ def verdict_text(res: report.PartResult, seconds: float | None = None) -> str:
 
 # ---------------------------------------------------------------- errors, in the student's terms
 
-def _not_implemented(e: BaseException) -> bool:
-    return isinstance(e, NotImplementedError) or "is not implemented yet" in str(e)
-
-
-def _todo_line(e: BaseException) -> str:
-    for line in str(e).splitlines():
-        if "not implemented" in line:
-            line = re.sub(r"^(error:\s*)", "", line.strip())
-            return line.split("not implemented yet: ", 1)[-1] if "not implemented yet: " in line else line
-    return str(e).splitlines()[0] if str(e) else type(e).__name__
-
-
 def _cell_names() -> dict[str, str]:
-    """Jupyter's file name of each executed cell -> "cell In[N]" (as IPython's tracebacks say)."""
-    try:
-        ip = get_ipython()  # type: ignore[name-defined]  # noqa: F821 - defined inside IPython only
-    except NameError:
+    """IPython's file name of each executed cell -> the cell's name, "cell 8 (a_bytes)" as the
+    grader says it (see :class:`_Cells`)."""
+    shell = _shell()
+    if shell is None:
         return {}
-    names = getattr(getattr(ip, "compile", None), "_filename_map", {}) or {}
-    return {fname: f"cell In[{n}]" for fname, n in names.items()}
+    names = getattr(getattr(shell, "compile", None), "_filename_map", {}) or {}
+    cells = _Cells.current(shell.user_ns)
+    return {fname: cells.label(n) for fname, n in names.items()}
 
 
 def _rename_cells(text: str, names: dict[str, str]) -> str:
@@ -200,6 +215,8 @@ def describe_error(e: BaseException) -> str:
     names = _cell_names()
     name = type(e).__name__
     text = _rename_cells(str(e).strip(), names)
+    if isinstance(e, CellSyntaxError):
+        return text
     if name == "DiagnosticError":
         return "your kernel does not parse (TIRx):\n" + text
     module = type(e).__module__ or ""
@@ -214,8 +231,119 @@ def describe_error(e: BaseException) -> str:
     where = []
     for f in frames[-4:]:
         label = names.get(f.filename) or os.path.basename(f.filename)
-        where.append(f"{label}, line {f.lineno}, in {f.name}" + (f": {f.line.strip()}" if f.line else ""))
+        where.append(f"In {label}, line {f.lineno}, in {f.name}" + (f": {f.line.strip()}" if f.line else ""))
     return "\n".join([f"{name}: {text}" if text else name] + where)
+
+
+# ---------------------------------------------------------------- the cells this kernel ran
+
+def _shell():
+    """The IPython shell this process runs in, or None (a script, a test)."""
+    ipython = sys.modules.get("IPython")
+    return ipython.get_ipython() if ipython is not None else None
+
+
+_DEFINES = re.compile(r"^\s*(?:async\s+)?(?:def|class)\s+(\w+)|^\s*(\w+)\s*(?::[^=\n]*)?=(?!=)", re.M)
+
+
+def _defined_names(source: str) -> set[str]:
+    """The names a cell's source defines (def, class, assignment), read from its text: a cell
+    with a syntax error cannot be parsed."""
+    return {a or b for a, b in _DEFINES.findall(source)}
+
+
+class _Cells:
+    """What this kernel ran, cell by cell, from IPython's history (``In``, one entry per run, in
+    order) and, for each run, the id of the notebook cell it came from (recorded by a
+    ``post_run_cell`` hook that importing this module registers: Jupyter sends the cell's id with
+    each run). A run is named as the grader names a cell, by its position in the saved notebook and
+    its grade id ("cell 8 (a_bytes)"), found by the cell's id or, failing that, by its source; a run
+    of a cell the saved notebook does not hold (not saved yet) is "the cell run as In[9]"."""
+
+    def __init__(self, runs: list[tuple[int, str, str]], saved: list[dict], ids: dict[int, str]):
+        self.runs = runs                # (execution count, source as IPython compiled it, as typed)
+        self.saved = saved              # the saved notebook's cells: {"index", "id", "grade_id", "source"}
+        self.ids = ids                  # execution count -> the id of the notebook cell it ran
+
+    @classmethod
+    def current(cls, namespace: dict, lab: str | None = None) -> "_Cells":
+        shell = _shell()
+        if shell is None or namespace is not getattr(shell, "user_ns", None):
+            return cls([], [], {})
+        cls.watch(shell)
+        parsed = list(getattr(shell.history_manager, "input_hist_parsed", []) or [])
+        raw = list(getattr(shell.history_manager, "input_hist_raw", []) or [])
+        runs = [(n, src, raw[n] if n < len(raw) and isinstance(raw[n], str) else src)
+                for n, src in enumerate(parsed) if n > 0 and isinstance(src, str)]
+        return cls(runs, cls._saved(namespace, lab), shell._grader_cell_ids)
+
+    @staticmethod
+    def watch(shell) -> None:
+        """Record the cell id of every run of ``shell`` from now on (once per shell)."""
+        if shell is None or hasattr(shell, "_grader_cell_ids"):
+            return
+        ids: dict[int, str] = {}
+        shell._grader_cell_ids = ids
+
+        def ran(result) -> None:
+            cell_id = getattr(getattr(result, "info", None), "cell_id", None)
+            if cell_id and getattr(result, "execution_count", None) is not None:
+                ids[result.execution_count] = cell_id
+        shell.events.register("post_run_cell", ran)
+
+    @staticmethod
+    def _saved(namespace: dict, lab: str | None) -> list[dict]:
+        """The cells of the saved notebook: the one Jupyter names (``__session__``) or the lab's in
+        the working folder."""
+        paths = [namespace.get("__session__")] + ([os.path.join(os.getcwd(), _spec(lab).notebook)] if lab else [])
+        for path in paths:
+            if isinstance(path, str) and path.endswith(".ipynb") and os.path.isfile(path):
+                try:
+                    with open(path) as f:
+                        cells = json.load(f)["cells"]
+                    return [{"index": i, "id": c.get("id"), "source": submission._text(c.get("source")) or "",
+                             "grade_id": ((c.get("metadata") or {}).get("nbgrader") or {}).get("grade_id", "")}
+                            for i, c in enumerate(cells) if isinstance(c, dict)]
+                except (OSError, ValueError, KeyError, TypeError, AttributeError):
+                    continue
+        return []
+
+    def label(self, count: int) -> str:
+        """The name of run ``count``, as the grader names the cell."""
+        cell_id = self.ids.get(count)
+        source = next((raw for n, _, raw in self.runs if n == count), None)
+        for c in self.saved:
+            if (cell_id and c["id"] == cell_id) or (not cell_id and source is not None
+                                                      and c["source"].strip() == source.strip()):
+                return submission.Cell(c["index"], c["grade_id"], c["source"]).label
+        return f"the cell run as In[{count}]"
+
+    def broken(self) -> dict[str, str]:
+        """name -> why it cannot be used: the last run of a cell that defines it did not compile."""
+        last: dict[str, tuple[int, str]] = {}
+        for count, source, _ in self.runs:
+            for name in _defined_names(source):
+                last[name] = (count, source)
+        out = {}
+        for name, (count, source) in last.items():
+            error = _syntax_error(source)
+            if error is not None:
+                line = (error.text or "").strip()
+                out[name] = (f"{self.label(count)} has a syntax error (line {error.lineno}): {error.msg}"
+                             + (f": {line}" if line else "") + f"; {name}() cannot be used until that cell runs "
+                             "without one")
+        return out
+
+
+def _syntax_error(source: str) -> SyntaxError | None:
+    """The SyntaxError IPython met compiling ``source`` (top-level await allowed, as in a cell)."""
+    try:
+        compile(source, "<cell>", "exec", flags=ast.PyCF_ONLY_AST | ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+    except SyntaxError as e:
+        return e
+    except (ValueError, OverflowError, MemoryError):
+        return None
+    return None
 
 
 # ---------------------------------------------------------------- where a kernel's output is wrong
@@ -307,6 +435,8 @@ class _Kernels:
 _KERNELS = _Kernels()
 # A notebook compiles dozens of kernels in its kernel process: NVRTC parses the CUDA headers once.
 toolchain.reuse_headers()
+# The notebook's setup cell imports this module: from then on each run's cell id is recorded.
+_Cells.watch(_shell())
 
 
 def compile_kernel(prim_func):
@@ -336,7 +466,8 @@ def time_calls(calls: dict, work: dict | None = None) -> dict:
 def grade(lab: str, part_id: str) -> None:
     part = _spec(lab).part(part_id)
     where = "on a GPU, " if part.needs_gpu else ""
-    print(f"{lab}/{part_id} ({report.format_points(part.points)} points): the autograder grades this part from "
+    unit = "point" if part.points == 1 else "points"
+    print(f"{lab}/{part_id} ({report.format_points(part.points)} {unit}): the autograder grades this part from "
           f"your saved notebook ({where}public and hidden cases, in its own processes); this cell gives no points.")
     print("    " + _last_check(_RESULTS.get((lab, part_id))))
     return None

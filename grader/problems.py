@@ -6,6 +6,10 @@ A :class:`Problem` holds no grading logic; grader/runners.py runs every problem 
 A lab's spec names the problem of each kernel part (``params.problem``) and its builders; a new
 lab with a kernel of a known kind adds spec data, not code.
 
+The arguments of a timed call come from ``make_inputs`` (one case index per argument set: the
+speed runner rotates several sets of one shape between timed calls), and every buffer a timed
+call writes is poisoned before the call (``make_outputs``, ``Timed.outputs``).
+
 Problems (the argument order of the kernel call is ``Problem.call``):
 
 - ``scale_add`` (Lab 1): ``out = alpha * x + y`` over fp16 vectors of length n;
@@ -119,9 +123,15 @@ class Scalar:
 
 @dataclasses.dataclass(frozen=True)
 class Timed:
-    """A torch callable timed beside the kernel, and the work of one call."""
+    """A torch callable timed beside the kernel, the work of one call, and the buffers it writes
+    into (poisoned before each of its calls, as the kernel's outputs are: grader/timing.py)."""
     fn: Callable[[], Any]
     work: Work
+    outputs: tuple[torch.Tensor, ...] = ()
+
+    def poison(self) -> None:
+        for t in self.outputs:
+            t.fill_(float("nan"))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -269,7 +279,7 @@ def _copy_baseline(src: str) -> Callable[..., Timed]:
     def make(ins, scalars, shape) -> Timed:
         x = ins[src]
         dst = torch.empty_like(x)
-        return Timed(lambda: dst.copy_(x), Work(bytes=2 * x.numel() * x.element_size()))
+        return Timed(lambda: dst.copy_(x), Work(bytes=2 * x.numel() * x.element_size()), (dst,))
     return make
 
 
@@ -356,7 +366,7 @@ def gemm_work(s) -> Work:
 def _gemm_baseline(ins, scalars, shape) -> Timed:
     A, B = ins["A"], ins["B"]
     D = torch.empty(shape.M, shape.N, dtype=torch.float16, device=A.device)
-    return Timed(lambda: torch.matmul(A, B.T, out=D), gemm_work(shape))
+    return Timed(lambda: torch.matmul(A, B.T, out=D), gemm_work(shape), (D,))
 
 
 GEMM = Problem(

@@ -22,10 +22,20 @@ from typing import Any
 
 from . import channel
 from .sandbox import ChildSession, SandboxFailure
+from . import sandbox as _sandbox
+
+# The jail could not be set up (sandbox.JailSetupFailed, where the sandbox has it): kept as that
+# across the harness's broker, so that grader/verdict.py says it as the machine's failure.
+_SETUP_FAILED = getattr(_sandbox, "JailSetupFailed", None)
 
 
 class StudentError(Exception):
-    """The submission's code raised; the message names the notebook cell."""
+    """The submission's code raised; the message names the notebook cell, ``error_type`` the type
+    the child named."""
+
+    def __init__(self, message: str, error_type: str = ""):
+        super().__init__(message)
+        self.error_type = error_type
 
 
 class BuildFailed(Exception):
@@ -38,7 +48,8 @@ def _raise_for(reply: dict, what: str) -> None:
     msg = str(reply.get("message", ""))
     if reply.get("todo"):
         raise NotImplementedError(msg.splitlines()[0] if msg else what)
-    raise StudentError(f"{what} raised {reply.get('error')}: {msg}\n{str(reply.get('traceback', ''))[-1500:]}")
+    raise StudentError(f"{what} raised {reply.get('error')}: {msg}\n{str(reply.get('traceback', ''))[-1500:]}",
+                       str(reply.get("error", "")))
 
 
 class Builds:
@@ -89,6 +100,7 @@ class ChildBackend:
         self.import_timeout = import_timeout
         self.deadline = float("inf")
         self.import_failure: str | None = None
+        self.import_failure_class: type = SandboxFailure    # a subclass (the jail's setup failed) is kept
         self.cell_errors: list[str] = []
         self.generation = 0                 # a child's own kernel handles are valid only within it
         self.builds = builds if builds is not None else Builds()
@@ -96,7 +108,7 @@ class ChildBackend:
 
     def ensure_started(self) -> None:
         if self.import_failure:
-            raise SandboxFailure(self.import_failure)
+            raise self.import_failure_class(self.import_failure)
         if self.session.alive:
             return
         t0 = time.monotonic()
@@ -104,8 +116,8 @@ class ChildBackend:
         try:
             self.session.start(self.import_timeout)
         except SandboxFailure as e:
-            self.import_failure = self.relocate(str(e))
-            raise SandboxFailure(self.import_failure) from None
+            self.import_failure, self.import_failure_class = self.relocate(str(e)), type(e)
+            raise self.import_failure_class(self.import_failure) from None
         self.cell_errors = [self.relocate(c) for c in self.session.cell_errors]
         self.deadline += time.monotonic() - t0      # running the cells has its own time limit
 
@@ -152,7 +164,7 @@ class ChildBackend:
 
     def export(self, kernel: int, arch: str) -> dict:
         """The kernel's device code for ``arch``: {"code": {"plan", "ptx", "cuda_source", "arch"}},
-        read from the files the child wrote (bounded, parsed as data), or its error reply."""
+        from the texts the child sent (bounded, parsed as data), or its error reply."""
         what, b = (kernel, arch), self.builds
         with b.busy(("export",) + what):
             if what in b.code:
@@ -169,8 +181,8 @@ class ChildBackend:
                 handle = int(reply["kernel"])
                 self.handles[kernel] = (self.generation, handle)
             reply = self._request({"op": "export", "kernel": handle, "arch": arch})
-            if "files" in reply:
-                b.code[what] = read_device_code(self.session, reply["files"], arch)
+            if "device_code" in reply:
+                b.code[what] = read_device_code(reply["device_code"], arch)
                 return {"code": b.code[what]}
             if "error" in reply:
                 b.failed[what] = dict(reply)
@@ -184,18 +196,22 @@ class ChildBackend:
 MAX_PTX = 64 << 20
 
 
-def read_device_code(session: ChildSession, files, arch: str) -> dict:
-    """The plan and PTX the child wrote, read as bounded data; anything odd is a SandboxFailure."""
-    if not isinstance(files, dict) or not all(isinstance(files.get(k), str) for k in ("json", "ptx")):
+def read_device_code(texts, arch: str) -> dict:
+    """The plan and PTX the child sent (the texts of the files it wrote in its own scratch, which
+    the grader does not read), parsed as bounded data; anything odd is a SandboxFailure."""
+    if not isinstance(texts, dict) or not all(isinstance(texts.get(k), str) for k in ("json", "ptx")):
         raise SandboxFailure("your process described its kernel files in the wrong shape")
+    if any(len(texts[k]) > MAX_PTX for k in ("json", "ptx")):
+        raise SandboxFailure(f"your kernel's files are larger than {MAX_PTX >> 20} MB")
     try:
-        meta = json.loads(session.read(files["json"], MAX_PTX).decode("utf-8"))
-        ptx = session.read(files["ptx"], MAX_PTX).decode("utf-8")
-    except (UnicodeDecodeError, ValueError) as e:
+        for k in ("json", "ptx"):
+            texts[k].encode("utf-8")                 # text, not bytes passed off as text
+        meta = json.loads(texts["json"])
+    except ValueError as e:
         raise SandboxFailure(f"your kernel's files are not what the grader asked for ({e})") from None
     if not isinstance(meta, dict) or meta.get("arch") != arch or not isinstance(meta.get("cuda_source"), str):
         raise SandboxFailure("your kernel's files are for another arch or incomplete")
-    return {"plan": meta.get("plan"), "ptx": ptx, "cuda_source": meta["cuda_source"], "arch": arch}
+    return {"plan": meta.get("plan"), "ptx": texts["ptx"], "cuda_source": meta["cuda_source"], "arch": arch}
 
 
 class BrokerBackend:
@@ -207,8 +223,9 @@ class BrokerBackend:
     def _ask(self, msg: dict) -> dict:
         channel.send(self.sock, {"need": msg})
         reply = channel.recv(self.sock)
-        if "sandbox_failure" in reply:
-            raise SandboxFailure(reply["sandbox_failure"])
+        if "sandbox_failure" in reply:      # the jail's setup failing stays that (grader/verdict.py)
+            raise (_SETUP_FAILED if reply.get("setup_failed") and _SETUP_FAILED else SandboxFailure)(
+                reply["sandbox_failure"])
         return reply
 
     def call(self, name, args, kwargs):
@@ -239,7 +256,7 @@ def serve_broker_request(backend: ChildBackend, msg: dict) -> dict:
             return {"ok": True}
         return {"sandbox_failure": f"unknown request {op!r}"}
     except SandboxFailure as e:
-        return {"sandbox_failure": str(e)}
+        return {"sandbox_failure": str(e), "setup_failed": bool(_SETUP_FAILED and isinstance(e, _SETUP_FAILED))}
 
 
 @dataclasses.dataclass

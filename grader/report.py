@@ -21,7 +21,9 @@ PARTIAL = "partial"      # some points (performance between floor and full credi
 FAILED = "failed"        # wrong result, missing mechanism, too slow, ...
 ERROR = "error"          # the submission crashed, timed out or did not build
 SKIPPED = "skipped"      # could not be graded here (no GPU); never counts as zero silently
-VERDICTS = (PASSED, PARTIAL, FAILED, ERROR, SKIPPED)
+INFRASTRUCTURE = "infrastructure"   # the grading machine failed (the jail, the GPU harness), not the
+                                    # submission: not graded; `check` exits non-zero (grader/cli.py)
+VERDICTS = (PASSED, PARTIAL, FAILED, ERROR, SKIPPED, INFRASTRUCTURE)
 
 
 @dataclasses.dataclass
@@ -113,7 +115,7 @@ def validate(data: dict[str, Any]) -> None:
 
 # ---------------------------------------------------------------- console output
 
-_MARK = {PASSED: "PASS", PARTIAL: "PART", FAILED: "FAIL", ERROR: "ERR ", SKIPPED: "SKIP"}
+_MARK = {PASSED: "PASS", PARTIAL: "PART", FAILED: "FAIL", ERROR: "ERR ", SKIPPED: "SKIP", INFRASTRUCTURE: "INFR"}
 
 
 DISPLAY_DECIMALS = 2   # points are shown rounded to this; reports keep the exact values
@@ -146,7 +148,16 @@ def format_table(results: Iterable[PartResult]) -> str:
     lines.append(f"  total {fp(got)} / {fp(total)} points"
                  + (f" ({len(skipped)} part(s) skipped, worth {fp(total - gradable)}: graded "
                     f"{fp(got)} of the {fp(gradable)} gradable here)" if skipped else ""))
+    broken = not_graded(results)
+    if broken:
+        lines.append(f"  NOT GRADED: {len(broken)} part(s) ({', '.join(r.part for r in broken)}): the grading "
+                     "machine failed, not the submission; grade them again")
     return "\n".join(lines)
+
+
+def not_graded(results: Iterable[PartResult]) -> list[PartResult]:
+    """The parts the grading machine failed to grade (the infrastructure verdict)."""
+    return [r for r in results if r.verdict == INFRASTRUCTURE]
 
 
 # ---------------------------------------------------------------- exporters

@@ -17,14 +17,13 @@
    caught by the harness within ``hang_s`` of its launch; a harness that stops answering is
    killed at the part's time limit.
 5. A performance part below full credit is measured again in a fresh harness (at most
-   ``PERF_TRIALS`` trials in all); the best trial counts and the report lists every trial.
+   ``verdict.PERF_TRIALS`` trials in all); the best trial counts and the report lists every trial.
 Temporary folders are removed and every process is stopped before check_lab returns.
 """
 from __future__ import annotations
 
 import dataclasses
 import os
-import re
 import shutil
 import socket
 import subprocess
@@ -33,11 +32,10 @@ import threading
 import time
 from typing import Callable
 
-from . import channel, dispatch, hardware, remote, report, sandbox, spec, submission, timing
+from . import channel, dispatch, hardware, remote, report, sandbox, spec, submission, timing, verdict
 from .context import Context
 
 SOLUTIONS_DIR = os.path.join(sandbox.REPO_ROOT, "solutions")
-PERF_TRIALS = 3
 MAX_WORKERS = 8
 GPU_LOCK = "gpu-{}.lock"              # one per GPU (its UUID), in the grader's private folder
 SECRET_ENV = "GRADER_SECRET_SEED"
@@ -45,29 +43,6 @@ SECRET_ENV = "GRADER_SECRET_SEED"
 
 def reference_notebook(lab: str) -> str:
     return os.path.join(SOLUTIONS_DIR, lab, spec.load(lab).notebook)
-
-
-def _not_implemented(e: BaseException) -> bool:
-    return isinstance(e, NotImplementedError) or "is not implemented yet" in str(e)
-
-
-def outcome_to_result(ctx: Context, grade: Callable) -> report.PartResult:
-    """Run a part's grading function and turn whatever happens into a PartResult."""
-    try:
-        return ctx.to_result(grade())
-    except timing.KernelHang:
-        raise
-    except sandbox.SandboxFailure as e:
-        return ctx.error_result(report.ERROR, str(e))
-    except remote.StudentError as e:
-        if _not_implemented(e):
-            return ctx.error_result(report.FAILED, "not implemented: " + str(e).split(": ", 1)[-1].splitlines()[0])
-        return ctx.error_result(report.ERROR, str(e))
-    except Exception as e:  # noqa: BLE001 - anything else is this part's verdict, never a crash
-        if _not_implemented(e):
-            first = str(e).splitlines()[0] if str(e) else "not implemented"
-            return ctx.error_result(report.FAILED, f"not implemented: {first}")
-        return ctx.error_result(report.ERROR, f"{type(e).__name__}: {str(e)[:3000]}")
 
 
 class Harness:
@@ -141,7 +116,16 @@ class Harness:
 
         self._wait_started()
         if self.proc is None or self.proc.poll() is not None:
-            self.start()
+            try:
+                self.start()
+            except (OSError, channel.ChannelClosed, channel.ChannelTimeout, channel.BadMessage,
+                    sandbox.SandboxFailure) as e:
+                rc = self.proc.poll() if self.proc else None
+                self.close()
+                return report.PartResult(job["lab"], part.id, part.title, 0.0, part.points, report.INFRASTRUCTURE,
+                                         f"not graded: the GPU harness could not start (exit {rc}: {type(e).__name__}: "
+                                         f"{e}); the grading machine failed, not your submission: the part must be "
+                                         "graded again", True)
         deadline = time.monotonic() + part.timeout_s
         backend.deadline = deadline
         channel.send(self.sock, job)
@@ -165,42 +149,6 @@ class Harness:
                              f"of its launch: {sandbox.HANG_HINT}. The process was killed.")
             elif "result" in msg:
                 return report.PartResult(**msg["result"])
-
-
-_MISSING = re.compile(r"the notebook defines no (\w+)\(\)")
-
-
-def explain(message: str, module: submission.Module, cell_errors: list[str]) -> str:
-    """A part's message with its cause first: a function the notebook does not define because
-    its cell was left out (a syntax error) or raised when run is said as that cell's problem,
-    once, in place of the missing name."""
-    m = _MISSING.search(message)
-    if not m:
-        return message
-    name = m.group(1)
-    cause = module.cause_of_missing(name)
-    if cause is None:
-        raised = [c.splitlines()[0] for c in cell_errors]
-        if raised:
-            cause = (f"{name}() is not defined; cells that raised when run (the first may be why): "
-                     + " | ".join(raised[:3]))
-    return cause or message
-
-
-def perf_trials(first: report.PartResult, again: Callable[[], report.PartResult], where: str = "") -> report.PartResult:
-    """Measure a performance part below full credit again (``again``: in fresh processes when
-    grading, in the notebook's process in a check cell), at most PERF_TRIALS trials; keep the best."""
-    trials = [first]
-    while (trials[-1].verdict in (report.PARTIAL, report.FAILED) and "ratio" in trials[-1].measurements
-           and len(trials) < PERF_TRIALS):
-        trials.append(again())
-    best = max(trials, key=lambda r: (r.points, r.measurements.get("ratio", 0)))
-    if len(trials) > 1:
-        best.measurements["trials"] = [{"points": r.points, "ratio": r.measurements.get("ratio"),
-                                        "verdict": r.verdict} for r in trials]
-        ratios = ", ".join(f"{r.measurements['ratio']:.3f}x" for r in trials if "ratio" in r.measurements)
-        best.message += f" (best of {len(trials)} trials{where}: {ratios})"
-    return best
 
 
 def default_workers(labs_at_once: int = 1) -> int:
@@ -406,12 +354,12 @@ def check_lab(lab: str, submission_path: str | None, seed: int, device: hardware
 
                 res = harnesses.grade(job, w.backend, part, device.uuid)
                 if part.thresholds:
-                    res = perf_trials(res, run_once, " in fresh processes")
+                    res = verdict.perf_trials(res, run_once, " in fresh processes")
             else:
                 w.backend.deadline = start + part.timeout_s
                 ctx = Context(lab_spec, part, seed, device, public_only=public_only)
-                res = outcome_to_result(ctx, lambda: dispatch.grade(lab, part.id, remote.RemoteSubmission(w.backend), ctx))
-            res.message = explain(module.relocate(res.message), module, w.backend.cell_errors)
+                res = verdict.grade_part(remote.RemoteSubmission(w.backend), ctx)
+            res.message = verdict.explain(module.relocate(res.message), module, w.backend.cell_errors)
             res.measurements["elapsed_s"] = round(time.monotonic() - start, 3)
             res.measurements.setdefault("sandbox", w.session.level)
             results[part.id] = res
@@ -443,8 +391,12 @@ def check_lab(lab: str, submission_path: str | None, seed: int, device: hardware
             grade_part(main, part)
         errors = list(dict.fromkeys(c for w in pool for c in w.backend.cell_errors))
         notes += [f"{c.splitlines()[0]}" for c in errors]
-        if main.session.output().strip():
-            notes.append("your cells printed (first and last lines kept): " + main.session.output()[-2000:])
+        printed = main.session.output().strip()
+        if printed and public_only:
+            notes.append("your cells printed (first and last lines kept): " + printed[-2000:])
+        elif printed:                    # what a function printed while it was called may hold a hidden case
+            notes.append(f"your cells printed {len(printed)} characters, not shown when hidden cases are graded "
+                         "(what your functions print can carry their inputs): the notebook shows them")
         return [results[p.id] for p in selected]
     finally:
         for w in pool:

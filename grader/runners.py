@@ -21,8 +21,11 @@ mismatch). The fraction is the share of pairs right.
 Speed parts (a threshold table) give ``shapes``, optionally ``scalars`` (fixed scalar arguments),
 ``check_rows`` (check a sample of rows of large outputs instead of all) and
 ``extra_builders`` (the student's other kernels, timed in the same rotation and recorded, not
-graded). Per shape: check, time against the problem's baseline through grading.timed_ratio,
-check the outputs of the timed calls again; credit on the geometric mean of the ratios
+graded). Per shape: check once, then time against the problem's baseline through
+grading.timed_ratio with every timed call checked (several argument sets rotated, outputs
+poisoned before every call, sampled elements of every timed call compared with the reference at
+positions drawn after the call; the comment above :func:`speed` and grader/timing.py), then check
+the last call of each argument set in full; credit on the geometric mean of the ratios
 (grading.perf_outcome against the part's threshold row).
 
 Contract with the rest of the grader: a kernel is obtained only as
@@ -35,6 +38,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import random
+import secrets
 from typing import Any, Callable
 
 import torch
@@ -69,6 +74,9 @@ class Env:
     timed_ratio: Callable[..., Outcome] = lambda *a, **k: grading.timed_ratio(*a, **k)
     require_gpu: Callable[[Context], Any] = lambda ctx: grading.require_gpu(ctx)
     sm_count: Callable[[], int] = lambda: torch.cuda.get_device_properties(0).multi_processor_count
+    # where the checks of timed calls look (sampled rows and elements): drawn per run from the
+    # operating system, so that neither a kernel nor its author can know it
+    secret_rng: Callable[[], random.Random] = lambda: random.Random(secrets.randbits(128))
 
 
 def default_env() -> Env:
@@ -239,6 +247,99 @@ def correctness(module, ctx: Context, env: Env | None = None) -> Outcome:
 
 
 # ---------------------------------------------------------------- speed
+#
+# Every timed call does checked work (the design and its argument: grader/timing.py's docstring).
+# Per shape the kernel is timed over ARGUMENT_SETS argument sets of the shape (inputs made with
+# distinct case indices, each set with its own outputs and its own host-side reference), taken in
+# turn; each set's outputs are poisoned before every call on it; after every timed call the runner
+# compares SAMPLED elements of the outputs, at positions drawn only then from a generator seeded
+# per run from the operating system (Env.secret_rng), with the set's reference, and the same
+# number of elements of the inputs with their originals; after the loop it checks the last call
+# of each set in full. The baseline and the other timed functions rotate over their own sets and
+# have their outputs poisoned the same way.
+
+ARGUMENT_SETS = 2       # argument sets of one shape, rotated between timed calls
+SAMPLED = 2048          # elements of each output and input compared after every timed call
+
+
+@dataclasses.dataclass
+class ArgumentSet:
+    """One argument set of a timed shape: the inputs as made (kept apart), the copies the kernel
+    is given, its outputs, and its reference (on the host; on ``rows`` when rows are sampled)."""
+    index: int
+    originals: dict[str, torch.Tensor]
+    given: dict[str, torch.Tensor]
+    outs: dict[str, torch.Tensor]
+    ref: dict[str, torch.Tensor]
+    tol: dict[str, compare.Tolerance]
+    rows: torch.Tensor | None
+
+    def tensors(self) -> dict[str, torch.Tensor]:
+        return {**self.given, **self.outs}
+
+    def poison(self) -> None:
+        for t in self.outs.values():
+            t.fill_(float("nan"))
+
+
+def argument_set(problem: problems.Problem, ctx: Context, shape, case: int, index: int, scalars: dict,
+                 secret: random.Random, env: Env) -> ArgumentSet:
+    """The inputs of case ``case``, their reference, NaN-filled outputs; with ``check_rows``, a
+    sample of rows drawn from ``secret`` (the reference is computed on those rows only)."""
+    p = ctx.part.params
+    ins = problem.make_inputs(ctx.lab.lab, ctx.part.id, shape, ctx.seed, case, env.device)
+    rows = None
+    if p.get("check_rows") and problem.row_extent is not None and p["check_rows"] < problem.row_extent(shape):
+        rows = torch.tensor(sorted(secret.sample(range(problem.row_extent(shape)), int(p["check_rows"]))),
+                            device=env.device)
+    ref = frozen(problem.reference(ins, scalars, shape, rows))
+    return ArgumentSet(index, ins, {k: t.clone() for k, t in ins.items()}, problem.make_outputs(shape, env.device),
+                       ref, problem.tolerance(shape, ins), rows)
+
+
+def _output_positions(flat: torch.Tensor, ref_shape, out: torch.Tensor, axis: int | None,
+                      rows: torch.Tensor | None) -> torch.Tensor:
+    """Flat positions in ``out`` of the flat positions ``flat`` of its reference (which holds only
+    ``rows`` along ``axis`` when rows are sampled)."""
+    if rows is None:
+        return flat
+    coords = list(torch.unravel_index(flat, tuple(ref_shape)))
+    coords[axis] = rows.to("cpu")[coords[axis]]
+    return sum(c * st for c, st in zip(coords, out.stride()))
+
+
+def _index(flat: int, shape) -> list[int]:
+    return [int(c) for c in torch.unravel_index(torch.tensor(flat), tuple(shape))]
+
+
+def spot_check(problem: problems.Problem, aset: ArgumentSet, where: str, secret: random.Random,
+               samples: int = SAMPLED) -> str | None:
+    """What is wrong, or None: ``samples`` elements of every output, at positions drawn from
+    ``secret`` now (after the call), compared with the set's reference under its tolerance, and as
+    many elements of every input compared with their originals."""
+    gen = torch.Generator().manual_seed(secret.getrandbits(63))
+    for op in problem.outputs:
+        out, ref = aset.outs[op.name], aset.ref[op.name]
+        flat = torch.randint(ref.numel(), (min(samples, ref.numel()),), generator=gen)
+        pos = _output_positions(flat, ref.shape, out, problem.row_axis.get(op.name), aset.rows)
+        got = out.reshape(-1)[pos.to(out.device)].to("cpu")
+        expected = ref.reshape(-1)[flat]
+        bad, _, _ = compare.mismatches(got, expected, aset.tol[op.name])
+        if bool(bad.any()):
+            poison = int((bad & torch.isnan(got.double())).sum())
+            first = int(bad.nonzero()[0])
+            at = _index(int(pos[first]), out.shape)
+            left = (f"; {poison} of them still hold the NaN written into the output before the call: the call did "
+                    f"not write them" if poison else "")
+            return (f"wrong result in {where}: {op.name}: {int(bad.sum())} of {flat.numel()} elements sampled after "
+                    f"the call differ from the reference beyond {aset.tol[op.name]}{left}; e.g. at {at}: got "
+                    f"{float(got[first]):.6g}, expected {float(expected[first]):.6g}")
+    for name, t in aset.given.items():
+        idx = torch.randint(t.numel(), (min(samples, t.numel()),), generator=gen).to(t.device)
+        if not torch.equal(t.reshape(-1)[idx], aset.originals[name].reshape(-1)[idx]):
+            return f"{where} wrote into its input {name}"
+    return None
+
 
 def speed_builder(params: dict, ctx: Context) -> str:
     names = builder_names(params, ctx)
@@ -252,16 +353,19 @@ def _unit(metric: str) -> str:
     return "TB/s" if metric == "bandwidth" else "TFLOP/s"
 
 
+def _timed_call(k: int, aset: ArgumentSet, n_sets: int) -> str:
+    return f"timed call #{k + 1} (argument set {aset.index + 1} of {n_sets})"
+
+
 def speed(module, ctx: Context, env: Env | None = None) -> Outcome:
     env = env or default_env()
     env.require_gpu(ctx)
     p = ctx.part.params
     prob = problems.get(p["problem"])
     name = speed_builder(p, ctx)
-    lab, part = ctx.lab.lab, ctx.part.id
     told = getattr(ctx, "on_mismatch", None)
     unit = _unit(prob.metric)
-    r = inputs.rng(lab, part, ctx.seed)
+    secret = env.secret_rng()
     shapes = [prob.shape(s) for s in p["shapes"]]
     others = list(p.get("extra_builders", []))
     # Every kernel is obtained before the first timing: timing stops the submission's processes
@@ -274,62 +378,74 @@ def speed(module, ctx: Context, env: Env | None = None) -> Outcome:
     per_shape, ratios, lines = [], [], []
     for i, shape in enumerate(shapes):
         ex = kernels[i][name]
-        ins = prob.make_inputs(lab, part, shape, ctx.seed, i, env.device)
-        scalars = {**prob.draw_scalars(lab, part, ctx.seed, i), **p.get("scalars", {})}
+        scalars = {**prob.draw_scalars(ctx.lab.lab, ctx.part.id, ctx.seed, i), **p.get("scalars", {})}
         label = prob.describe(shape) + _scalar_text(scalars)
-        rows = None
-        if p.get("check_rows") and prob.row_extent is not None and p["check_rows"] < prob.row_extent(shape):
-            rows = torch.tensor(sorted(r.sample(range(prob.row_extent(shape)), int(p["check_rows"]))),
-                                device=env.device)
-        ref, tol = frozen(prob.reference(ins, scalars, shape, rows)), prob.tolerance(shape, ins)
-        given = {k: t.clone() for k, t in ins.items()}
-        outs = prob.make_outputs(shape, env.device)
-        tensors = {**given, **outs}
-        _run(prob, ex, tensors, scalars, env)
-        res = check(prob, outs, ref, tol, f"{label}, before timing", rows, ins, given, on_mismatch=told)
+        # set 0 is case i (the inputs a single set had); set j is case i + j * len(shapes)
+        sets = [argument_set(prob, ctx, shape, i + j * len(shapes), j, scalars, secret, env)
+                for j in range(ARGUMENT_SETS)]
+        first = sets[0]
+        _run(prob, ex, first.tensors(), scalars, env)
+        res = check(prob, first.outs, first.ref, first.tol, f"{label}, before timing", first.rows, first.originals,
+                    first.given, on_mismatch=told)
         if not res.ok:
             return Outcome(0.0, f"{name}: not timed: wrong result at {label}; {res.message}",
                            {"problem": prob.name, "builder": name, "shape": list(shape)})
 
-        extras, skipped = {}, {}
+        extras, skipped, wrong_extra = {}, {}, {}
         for other in others:
             ex_o = kernels[i][other]
-            outs_o = prob.make_outputs(shape, env.device)
-            tensors_o = {**given, **outs_o}
-            _run(prob, ex_o, tensors_o, scalars, env)
-            res_o = check(prob, outs_o, ref, tol, f"{label}, {other}", rows)
-            if res_o.ok:
-                args_o = prob.args(tensors_o, scalars)
-                extras[other] = (lambda ex_o=ex_o, args_o=args_o: ex_o(*args_o), prob.work(shape))
-            else:
+            outs_o = [prob.make_outputs(shape, env.device) for _ in sets]
+            _run(prob, ex_o, {**first.given, **outs_o[0]}, scalars, env)
+            res_o = check(prob, outs_o[0], first.ref, first.tol, f"{label}, {other}", first.rows)
+            if not res_o.ok:
                 skipped[other] = f"not timed: wrong result: {res_o.message}"
-        for xname, timed in prob.extras(ins, scalars, shape).items():
+                continue
+            views = [dataclasses.replace(a, outs=o) for a, o in zip(sets, outs_o)]
+
+            def note(s, k, other=other, views=views):       # recorded, not graded: the timing goes on
+                if other not in wrong_extra:
+                    bad = spot_check(prob, views[s], _timed_call(k, views[s], len(views)), secret)
+                    if bad:
+                        wrong_extra[other] = bad
+                return None
+            extras[other] = (timing.Rotation([lambda ex_o=ex_o, args=prob.args(v.tensors(), scalars): ex_o(*args)
+                                              for v in views], [v.poison for v in views], note), prob.work(shape))
+        per_set = [prob.extras(a.originals, scalars, shape) for a in sets]
+        for xname in per_set[0]:
+            timed = [x[xname] for x in per_set]
             try:                              # a torch variant this GPU or build lacks is recorded, not fatal
-                timed.fn()
+                timed[0].fn()
                 env.sync()
             except timing.KernelHang:
                 raise
             except Exception as e:  # noqa: BLE001
                 skipped[xname] = f"not timed: {type(e).__name__}: {str(e)[:300]}"
                 continue
-            extras[xname] = (timed.fn, timed.work)
-        base = prob.baseline(ins, scalars, shape)
-
-        for t in outs.values():               # the check after timing sees what the timed calls wrote
-            t.fill_(float("nan"))
-        args = prob.args(tensors, scalars)
-        meas = {"shape": list(shape), "label": label}
-        if skipped:
-            meas["extras_skipped"] = skipped
-        out = env.timed_ratio(ctx, lambda: ex(*args), prob.work(shape), prob.baseline_name, base.fn, base.work,
+            extras[xname] = (timing.Rotation([t.fn for t in timed], [t.poison for t in timed]), timed[0].work)
+        bases = [prob.baseline(a.originals, scalars, shape) for a in sets]
+        base = timing.Rotation([b.fn for b in bases], [b.poison for b in bases])
+        rotation = timing.Rotation([lambda args=prob.args(a.tensors(), scalars): ex(*args) for a in sets],
+                                   [a.poison for a in sets],
+                                   lambda s, k: spot_check(prob, sets[s], _timed_call(k, sets[s], len(sets)), secret))
+        meas = {"shape": list(shape), "label": label, "sampled_per_call": SAMPLED}
+        out = env.timed_ratio(ctx, rotation, prob.work(shape), prob.baseline_name, base, bases[0].work,
                               prob.metric, measurements=meas, extras=extras or None)
         if out.verdict == "failed":
             return Outcome(0.0, f"{name} at {label}: {out.message}", out.measurements, verdict="failed")
         env.sync()
-        res = check(prob, outs, ref, tol, f"{label}, after timing", rows, ins, given, on_mismatch=told)
-        if not res.ok:
-            return Outcome(0.0, f"{name}: wrong result after timing at {label}; {res.message}", out.measurements)
+        for a in sets[:rotation.turn]:            # each set's last call (every set called): all of it, inputs too
+            k = rotation.last.get(a.index)
+            last = f"timed call #{k + 1}, the last on argument set {a.index + 1} of {len(sets)}" if k is not None \
+                else f"the last call on argument set {a.index + 1} of {len(sets)}"
+            res = check(prob, a.outs, a.ref, a.tol, f"{label}, {last}", a.rows, a.originals, a.given, on_mismatch=told)
+            if not res.ok:
+                return Outcome(0.0, f"{name}: wrong result after timing at {label}; {res.message}", out.measurements)
         m = out.measurements
+        for other, why in wrong_extra.items():
+            skipped[other] = f"rate not recorded: {why}"
+            m.pop(f"{other}_{unit}", None)
+        if skipped:
+            m["extras_skipped"] = skipped
         k, b = m[f"kernel_{unit}"], m[f"{prob.baseline_name}_{unit}"]
         line = f"{label}: {k:.2f} vs {prob.baseline_name} {b:.2f} {unit}"
         extra_text = [f"{x} {m[f'{x}_{unit}']:.2f} (kernel {k / m[f'{x}_{unit}']:.2f}x)"

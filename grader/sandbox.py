@@ -5,18 +5,39 @@ The design, and why it holds:
 
 1. **Student code runs only in a jail** (grader/jail.py): new user, mount, network, IPC and PID
    namespaces; a root file system built from an *allow-list*: the operating system's program and
-   library folders (``/usr``, ``/lib*``, a few files of ``/etc``), the Python installation and
-   its package folders, read-only; the child's side of the grader (``/course``: the modules
-   child, channel, toolchain, devcode and the package timeline, copied there, nothing else of the
-   course); its own scratch folder (``/sandbox``), fresh ``/tmp`` and ``/dev/shm``, and
-   ``/dev/null``-like nodes. No GPU, no network, no view of other processes. The checkout, its
-   ``.git``, the solutions, other checkouts, gradebooks and home folders are not hidden: they
-   were never put there. As root the child also takes a user id of its own (no other process has
-   it); as an ordinary user the user namespace maps it to that user, with no capability left once
-   it runs. Every process it starts dies with it (PID 1 of its namespace), and the grader kills
-   its process group and, as root, every process of its user id.
+   library folders (``/usr``, ``/lib*``, a few files of ``/etc``) and the Python installation,
+   read-only; the child's side of the grader (``/course``: the modules child, channel,
+   toolchain, devcode and the package timeline, copied there, nothing else of the course); its
+   own scratch folder (``/sandbox``), ``/tmp`` and ``/dev/shm``; and ``/dev/null``-like nodes.
+   No GPU, no network, no view of other processes. The Python installation is taken from the
+   installation alone (:func:`python_dirs`: its prefixes, the interpreter's folder, its
+   site-packages folders), never from ``sys.path`` at large, whose first entry is the working
+   folder or a script's folder: a class folder someone grades from is not in the child's view.
+   It is in wherever it lies, even inside a folder the child must not see (a venv in the
+   checkout, in the submission's folder, pyenv in a home folder): the jail covers such a folder
+   with an empty file system and binds the installation through it. The checkout, its ``.git``,
+   the solutions, other checkouts, gradebooks and home folders are not hidden: they were never
+   put there (or are covered where they hold an allowed folder). The course key's folder
+   (grader/inputs.py) is covered wherever an allowed folder holds it. As root the child also
+   takes a user id of its own (no other process has it); as an ordinary user the user namespace
+   maps it to that user, with no capability left once it runs; in both, a seccomp filter refuses
+   it a user namespace of its own (where it would have every capability). Every process it
+   starts dies with it (PID 1 of its namespace), and the grader kills its process group and, as
+   root, every process of its user id.
+
+   **Limits** (:class:`Limits`), the same as root and as an ordinary user: CPU time, memory,
+   open files, the size of one file, and processes (``RLIMIT_NPROC``, counted per user
+   namespace since Linux 5.14, so a fork bomb stops at the limit in either mode). The disk: all
+   the child can write (its scratch folder, ``/tmp``, ``/dev/shm``) lies in one tmpfs of
+   ``scratch_bytes`` made by the jail, so the total it writes is bounded and nothing it writes
+   reaches the host's disk (``RLIMIT_FSIZE`` bounds one file only; a quota on the host folder
+   would need root, and a disk image a loop device). The bytes are memory, charged to the
+   child's memory like any other. The grader never reads a file of the child's: the kernel's
+   PTX and launch plan come over the socket as a message of bounded size (2. below). Trusted
+   tools (ptxas, cuobjdump) still write their named outputs into a host folder, read back with
+   size limits (:func:`read_scratch_file`).
 2. **The child answers with data only** (grader/channel.py): plain JSON for functions, and for a
-   kernel its PTX and a launch plan (grader/devcode.py), read by the grader with size limits and
+   kernel its PTX and a launch plan (grader/devcode.py), sent in a message of bounded size and
    validated field by field. No library, no pickle, no object of the child's crosses over.
 3. **The grader runs no host code of the child's.** The GPU harness (grader/harness.py) assembles
    the PTX to a cubin in a tool jail (ptxas sees only that file), loads the cubin through the
@@ -84,6 +105,12 @@ class SandboxFailure(Exception):
     """The child died, timed out or broke the protocol; the message says which, for the student."""
 
 
+class JailSetupFailed(SandboxFailure):
+    """The jail could not be set up (grader/jail.py exited 125 before the child's code ran, and
+    said so on a pipe the child never holds): the machine's problem or the grader's, not the
+    student's. The message starts with "the grader could not start the jail"."""
+
+
 def protect_grader() -> None:
     """Called once by every grader process: not dumpable (a same-user process cannot trace it or
     read its memory or environment through /proc) and a subreaper (orphans of children come
@@ -99,6 +126,7 @@ class Limits:
     file_bytes: int = 512 << 20
     open_files: int = 1024
     processes: int = 256
+    scratch_bytes: int = 1 << 30          # the child's scratch, /tmp and /dev/shm together (memory)
 
 
 # ---------------------------------------------------------------- trusted places
@@ -143,20 +171,25 @@ def _is_inside(path: str, folder: str) -> bool:
 
 
 def python_dirs() -> list[str]:
-    """The Python installation and its package folders (real paths), never a folder that holds
-    the course or lies inside it (a virtual environment inside the checkout is allowed)."""
+    """The Python installation (real paths): its prefixes, the interpreter's own installation,
+    its site-packages folders, the user's site-packages folder (that folder alone) when this
+    interpreter searches it, and the entries of ``sys.path`` that lie inside those. No other
+    entry of ``sys.path``: not the working folder, a script's folder, ``PYTHONPATH``, a home
+    folder. Never ``/`` nor a folder that holds the home folder. The course itself is not needed
+    (the child imports its side of the grader from ``/course``), so an editable install of it
+    brings nothing in."""
+    import site
     prefixes = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix)}
-    dirs = set(prefixes) | {os.path.dirname(os.path.dirname(os.path.realpath(sys.executable)))}
-    dirs |= {os.path.realpath(p) for p in sys.path if p and os.path.isabs(p) and os.path.isdir(p)}
-    repo = os.path.realpath(REPO_ROOT)
-    keep = []
-    for d in sorted(dirs):
-        if _is_inside(repo, d):                       # the checkout or a folder above it
-            continue
-        if _is_inside(d, repo) and not any(_is_inside(d, p) and p != repo for p in prefixes):
-            continue                                  # inside the checkout, not a virtual environment
-        keep.append(d)
-    return keep
+    prefixes.add(os.path.dirname(os.path.dirname(os.path.realpath(sys.executable))))
+    roots = prefixes | {os.path.realpath(p) for p in site.getsitepackages()}
+    path = {os.path.realpath(p) for p in sys.path if p and os.path.isabs(p)}
+    user = site.getusersitepackages()
+    if user and os.path.realpath(user) in path:
+        roots.add(os.path.realpath(user))
+    dirs = {d for d in roots if os.path.isdir(d)}
+    dirs |= {p for p in path if os.path.exists(p) and any(_is_inside(p, r) for r in dirs)}
+    home = os.path.realpath(os.path.expanduser("~"))
+    return sorted(d for d in dirs if d != "/" and not _is_inside(home, d))
 
 
 def allow_list(extra_ro: list[tuple[str, str]] = ()) -> dict:
@@ -183,6 +216,29 @@ def allow_list(extra_ro: list[tuple[str, str]] = ()) -> dict:
     return {"ro": ro, "symlinks": links, "hide": hide}
 
 
+def key_covers(binds: list[list[str]]) -> list[str]:
+    """Where the course key's folder would show in the jail (an allowed folder holds it): the
+    paths to cover. JailSetupFailed when the key's folder is itself an allowed folder (covering
+    it would cover the installation): the key needs a folder of its own."""
+    from .inputs import seed_key_path
+    key = seed_key_path()
+    folders = {os.path.dirname(os.path.abspath(key)), os.path.dirname(os.path.realpath(key))}
+    dsts = {dst for _, dst in binds}
+    out = []
+    for folder in sorted(folders):
+        for src, dst in binds:
+            src = os.path.realpath(src)
+            if not _is_inside(folder, src):
+                continue
+            where = dst if folder == src else dst.rstrip("/") + folder[len(src.rstrip("/")):]
+            if where in dsts:
+                raise JailSetupFailed(f"the grader could not start the jail: the course key {key} lies in {folder}, "
+                                      "a folder the jail shows (the Python installation): move the key to a folder "
+                                      "of its own and point GRADER_SEED_KEY_FILE at it")
+            out.append(where)
+    return out
+
+
 @functools.lru_cache(maxsize=1)
 def course_copy() -> str:
     """The child's ``/course``: the grader modules it needs, copied (readable by any user)."""
@@ -205,17 +261,27 @@ def course_copy() -> str:
     return d
 
 
-def jail_config(scratch: str, argv: list[str], env: dict, uid: int, limits: Limits | None,
-                extra_ro: list[tuple[str, str]] = (), devices=CHILD_DEVICES, keep_fds=()) -> dict:
+def jail_config(scratch: str | None, argv: list[str], env: dict, uid: int, limits: Limits | None,
+                extra_ro: list[tuple[str, str]] = (), devices=CHILD_DEVICES, keep_fds=(),
+                scratch_files: list[tuple[str, str]] | None = None, status_fd: int | None = None) -> dict:
+    """The jail of a tool (``scratch``: a host folder bound read-write at ``/sandbox``) or of a
+    child (``scratch`` None: ``/sandbox`` is made in the jail's scratch file system, with
+    ``scratch_files`` (host path, name) copied in)."""
     root = tempfile.mkdtemp(prefix="root-", dir=private_dir())
     cfg = allow_list(extra_ro)
-    cfg.update({"root": root, "rw": [[scratch, SCRATCH]], "devices": list(devices), "argv": argv, "env": env,
-                "uid": uid, "gid": uid, "cwd": SCRATCH, "keep_fds": list(keep_fds)})
+    lim = limits or Limits()
+    cfg.update({"root": root, "devices": list(devices), "argv": argv, "env": env, "uid": uid, "gid": uid,
+                "cwd": SCRATCH, "keep_fds": list(keep_fds), "scratch_bytes": lim.scratch_bytes})
+    if scratch is None:
+        cfg["rw"], cfg["scratch"] = [], {"path": SCRATCH, "files": [list(f) for f in scratch_files or []]}
+    else:
+        cfg["rw"] = [[scratch, SCRATCH]]
+    cfg["hide"] += key_covers(cfg["ro"] + cfg["rw"])
+    if status_fd is not None:
+        cfg["status_fd"] = status_fd
     if limits is not None:
         cfg["limits"] = {"cpu_s": limits.cpu_s, "file_bytes": limits.file_bytes, "open_files": limits.open_files,
-                         "memory_bytes": limits.memory_bytes, "core": 0}
-        if os.geteuid() == 0:
-            cfg["limits"]["processes"] = limits.processes
+                         "memory_bytes": limits.memory_bytes, "processes": limits.processes, "core": 0}
     return cfg
 
 
@@ -229,29 +295,37 @@ def _preexec() -> None:
 
 @functools.lru_cache(maxsize=1)
 def isolation_problem() -> str | None:
-    """None when the jail works here, else why not and how to fix it (tried once per process)."""
-    scratch = tempfile.mkdtemp(prefix="probe-", dir=private_dir())
+    """None when the jail works here, else why not and how to fix it (tried once per process).
+    The probe is a child's jail that must hold: its scratch writable, the course's files (the
+    grader, the solutions) and the course key out of sight."""
+    import shlex
     lock, root = None, None
+    repo, key = os.path.realpath(REPO_ROOT), None
     try:
+        from .inputs import seed_key_path
+        key = seed_key_path()
         uid, lock = claim_uid() if os.geteuid() == 0 else (os.geteuid(), None)
-        if os.geteuid() == 0:
-            os.chown(scratch, uid, uid)
-        cfg = jail_config(scratch, ["/bin/sh", "-c", "test -w /sandbox && ! test -e " + json.dumps(REPO_ROOT)],
-                          {"PATH": "/usr/bin:/bin"}, uid, Limits())
+        checks = [("test -w /sandbox && : > /sandbox/probe", "its scratch folder is not writable")]
+        checks += [(f"! test -e {shlex.quote(p)}", f"{p} is visible in it")
+                   for p in (os.path.join(repo, "grader"), os.path.join(repo, "solutions"), key)]
+        script = " && ".join(f"{{ {c} || {{ echo {shlex.quote('the jail does not isolate: ' + why)}; exit 1; }}; }}"
+                             for c, why in checks)
+        cfg = jail_config(None, ["/bin/sh", "-c", script], {"PATH": "/usr/bin:/bin"}, uid, Limits())
         root = cfg["root"]
         out = subprocess.run(jail_command(cfg), capture_output=True, text=True, timeout=60, preexec_fn=_preexec)
-        rc, err = out.returncode, out.stderr
+        rc, err = out.returncode, out.stderr + out.stdout
     except (OSError, SandboxFailure, subprocess.SubprocessError) as e:
         rc, err = -1, f"{type(e).__name__}: {e}"
     finally:
         if lock is not None:
             os.close(lock)
-        for d in (scratch, root):
-            if d:
-                shutil.rmtree(d, ignore_errors=True)
+        if root:
+            shutil.rmtree(root, ignore_errors=True)
     if rc == 0:
         return None
     why = (err.strip().splitlines() or [f"exit status {rc}"])[-1]
+    if rc == 1 and why.startswith("the jail does not isolate"):
+        return f"{why}: grading stops (a fault of the grader's allow-list; please report it)"
     need = ("mount and PID namespaces as root" if os.geteuid() == 0 else
             "unprivileged user namespaces (with mount, network and PID namespaces)")
     return (f"grading needs {need} to isolate the students' code, and this machine refused ({why}). "
@@ -365,8 +439,9 @@ class ChildSession:
         self.sock: socket.socket | None = None
         self.scratch: str | None = None
         self.root: str | None = None
-        self.uid: int | None = None
+        self.uid: int | None = None           # the child's own user id (as root); None: the grader's user
         self._uid_lock: int | None = None
+        self._status: int | None = None        # the read end of the jail's status pipe
         self.level = "not started"
         self.cell_errors: list[str] = []
         self.syntax_errors: list[str] = []
@@ -384,6 +459,7 @@ class ChildSession:
         shutil.copy(self.module_path, os.path.join(self.scratch, "submission.py"))
         parent_sock, child_sock = socket.socketpair()
         fd = child_sock.fileno()
+        pass_fds = [fd]
         if self.unsafe:
             cmd = [sys.executable, "-B", "-m", "grader.child", str(fd), os.path.join(self.scratch, "submission.py")]
             env = self._env(os.pathsep.join([REPO_ROOT] + trusted_path()[1:]), self.scratch)
@@ -400,22 +476,32 @@ class ChildSession:
         else:
             if os.geteuid() == 0:
                 self.uid, self._uid_lock = claim_uid()
-                for p in (self.scratch, os.path.join(self.scratch, "submission.py")):
-                    os.chown(p, self.uid, self.uid)
-            else:
-                self.uid = os.geteuid()
             os.chmod(self.scratch, 0o700)
             path = os.pathsep.join([COURSE] + python_dirs())
-            cfg = jail_config(self.scratch, [sys.executable, "-B", "-m", "grader.child", str(fd),
-                                             SCRATCH + "/submission.py"],
-                              self._env(path, SCRATCH), self.uid, self.limits,
-                              extra_ro=[(course_copy(), COURSE)], keep_fds=[fd])
+            self._status, status_w = os.pipe()
+            pass_fds.append(status_w)
+            try:
+                cfg = jail_config(None, [sys.executable, "-B", "-m", "grader.child", str(fd), SCRATCH + "/submission.py"],
+                                  self._env(path, SCRATCH), self.uid if self.uid is not None else os.geteuid(),
+                                  self.limits, extra_ro=[(course_copy(), COURSE)], keep_fds=[fd],
+                                  scratch_files=[(os.path.join(self.scratch, "submission.py"), "submission.py")],
+                                  status_fd=status_w)
+            except BaseException:
+                os.close(status_w)
+                child_sock.close()
+                parent_sock.close()
+                self.close()
+                raise
             cfg["hide"] += [h for h in self.hide if os.path.isdir(h) and h not in ("/", "/usr")]
             self.root = cfg["root"]
             cmd = jail_command(cfg)
             kwargs = {"preexec_fn": _preexec}
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     pass_fds=(fd,), start_new_session=True, **kwargs)
+        try:
+            self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                         stderr=subprocess.STDOUT, pass_fds=pass_fds, start_new_session=True, **kwargs)
+        finally:
+            for mine in pass_fds[1:]:              # the jail's end of the status pipe
+                os.close(mine)
         register_child(self.proc.pid)
         child_sock.close()
         self.sock = parent_sock
@@ -432,11 +518,27 @@ class ChildSession:
             how = self._how_it_ended()            # before close(), which forgets the process
             if self._reader is not None:
                 self._reader.join(timeout=2)      # all it printed before it ended
-            out = self.output()
+            out, setup = self.output(), self._setup_failure()
             self.close()
+            if setup:
+                raise JailSetupFailed(f"the grader could not start the jail: {setup} (a problem of the grading "
+                                      f"machine, not of the submission)") from None
             raise SandboxFailure(f"the process running your cells {how} before it was ready ({e}); "
                                  f"last output:\n{out}") from None
         self.cell_errors = [str(x) for x in hello.get("cell_errors", [])][:50] if isinstance(hello, dict) else []
+
+    def _setup_failure(self) -> str | None:
+        """What the jail wrote on its status pipe: why it could not start the child (only the
+        jail holds the pipe's other end, and it is closed when the child's program starts)."""
+        if self._status is None or self.proc is None or self.proc.poll() is None:
+            return None
+        os.set_blocking(self._status, False)
+        try:
+            data = os.read(self._status, 4096)
+        except BlockingIOError:
+            return None
+        text = data.decode(errors="replace").strip()
+        return text[len("jail: "):] if text.startswith("jail: ") else text or None
 
     def _env(self, pythonpath: str, home: str) -> dict:
         env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": home, "TMPDIR": "/tmp" if home == SCRATCH else home,
@@ -484,11 +586,15 @@ class ChildSession:
             self.sock.close()
             self.sock = None
         if self.proc is not None:
-            kill_tree(self.proc, self.uid)
+            kill_tree(self.proc, self.uid)   # the child's own user's processes too (as root only)
             self.proc = None
         if self._uid_lock is not None:       # every process of the user is gone: free it
             os.close(self._uid_lock)
             self._uid_lock = None
+        self.uid = None
+        if self._status is not None:
+            os.close(self._status)
+            self._status = None
         if self._reader is not None:
             self._reader.join(timeout=2)
             self._reader = None
@@ -520,13 +626,6 @@ class ChildSession:
             self.close()
             raise SandboxFailure("your process sent an answer of the wrong shape")
         return reply
-
-    def read(self, name: str, max_bytes: int = 64 << 20) -> bytes:
-        """A plain file the child wrote in its scratch folder (no link followed, size bounded)."""
-        data = read_scratch_file(self.scratch or "", name, max_bytes)
-        if data is None:
-            raise SandboxFailure(f"your process reported a file {name!r} that is not there")
-        return data
 
 
 UID_BASE, UID_COUNT = 60000, 5000

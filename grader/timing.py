@@ -5,6 +5,45 @@ rejects impossible times.
 
 The statistics and the stopping rule take any ``clock`` so that they are tested on the
 CPU with a fake clock; :class:`CudaEventClock` is the real one.
+
+Every timed call does checked work
+----------------------------------
+A time says how fast a kernel is only if the call that took it did the work. A kernel can keep
+state between launches (a variable in global memory, a pointer it remembers) and skip the work
+on later calls, leaving in its output what an earlier call wrote; or spin until a chosen time.
+The defence has four parts, and a kernel must get past all of them on the calls it skips:
+
+1. **No state in the module** (grader/launch.py, ``check_module_state``): a PTX whose code uses a
+   module-scope ``.global`` variable is refused before any launch.
+2. **Nothing left over to return.** Each function is timed as a :class:`Rotation`: several
+   argument sets (the kernel's: inputs of different random contents and their own outputs) taken
+   in turn, call k on set k mod n; before every call, warm-up included, the set's outputs are
+   poisoned (NaN, which no course kernel writes on purpose). The rotation and the poisoning are
+   untimed: they run before the L2 flush, which runs before the start event. So an output is
+   right after a call only if that very call wrote it, from inputs that changed since the call
+   before.
+3. **Every timed call is checked, where the kernel cannot know.** After each timed call has
+   finished, ``check(set, index)`` runs (untimed): the grader's runner compares elements of the
+   outputs at positions it draws only then, from a generator seeded per run from the operating
+   system (grader/runners.py), with the reference of that set under the problem's tolerance,
+   and the same positions of the inputs with their originals. A call that skipped the work left
+   NaN everywhere and fails any sample; a call that did a fraction f of the work fails a sample
+   of S elements with probability 1 - (1 - f)^S (S = 2048: certain above f = 0.5%, and a kernel
+   that skips less than that gains less than the 0.5% spread the timing stops at). After the
+   loop the runner checks the last call of each set in full (every element, or the
+   ``check_rows`` rows), inputs included. A check that fails stops the timing: the part scores 0
+   and the verdict names the timed call (its number) and what it left (wrong values, or the
+   poison in place).
+4. **A rate the device cannot reach is rejected** (:func:`physical_floor`): the median time is
+   compared with the work at the GPU's own peak (grader/hardware.py: HBM bandwidth, dense fp16
+   tensor rate, each with the margin its clocks allow over the datasheet figure), not with a
+   slack.
+
+The median is what is graded, so a kernel must be fast on more than half of its timed calls to
+move it; every one of them is checked. The cost is untimed and small: one gather of S elements
+per output and input on the GPU and a copy of them to the host per timed call (the
+``tests/attacks/test_timing_attacks.py`` measurements of the bookkeeping: under a millisecond per
+call on the CPU), and one full check per argument set after the loop, as before.
 """
 from __future__ import annotations
 
@@ -64,27 +103,91 @@ class TimingPolicy:
     budget_s: float = 10.0             # wall-clock budget per measured pair
 
 
-def measure_interleaved(fns: dict[str, Callable[[], Any]], clock: Clock,
+class WrongTimedCall(Exception):
+    """A timed call's outputs were wrong, or its inputs changed, when checked after the call."""
+
+
+class Rotation:
+    """One function timed over several argument sets, taken in turn: call k (warm-up calls
+    counted) uses set k mod len(calls).
+
+    ``calls[s]()`` runs the function on set s; ``poison[s]()`` (optional) overwrites the outputs
+    of set s before each call on it; ``check(s, k)`` (optional) is told, after timed call k (0 for
+    the first timed call) on set s has finished, and returns what is wrong with it, or None.
+    ``last[s]`` is the number of the last timed call on set s, ``checked`` how many were checked.
+    """
+
+    def __init__(self, calls: list[Callable[[], Any]], poison: list[Callable[[], Any] | None] | None = None,
+                 check: Callable[[int, int], str | None] | None = None) -> None:
+        if not calls:
+            raise ValueError("a rotation needs at least one argument set")
+        self.calls = list(calls)
+        self.poison = list(poison) if poison is not None else [None] * len(self.calls)
+        if len(self.poison) != len(self.calls):
+            raise ValueError("one poison per argument set")
+        self.check = check
+        self.turn = 0
+        self.timed = 0
+        self.last: dict[int, int] = {}
+        self.checked = 0
+
+    def prepare(self) -> tuple[int, Callable[[], Any]]:
+        """Untimed, before a call: the next argument set, its outputs poisoned."""
+        s = self.turn % len(self.calls)
+        self.turn += 1
+        if self.poison[s] is not None:
+            self.poison[s]()
+        return s, self.calls[s]
+
+    def __call__(self) -> Any:
+        """One untimed call on the next set (a warm-up call)."""
+        _, fn = self.prepare()
+        return fn()
+
+    def finished(self, s: int) -> None:
+        """Untimed, after a timed call on set ``s`` has finished: check it; WrongTimedCall if wrong."""
+        k = self.timed
+        self.timed += 1
+        self.last[s] = k
+        if self.check is not None:
+            self.checked += 1
+            wrong = self.check(s, k)
+            if wrong:
+                raise WrongTimedCall(wrong)
+
+
+def as_rotation(fn: Callable[[], Any] | Rotation) -> Rotation:
+    """A plain function is a rotation of one argument set, with nothing to poison or check."""
+    return fn if isinstance(fn, Rotation) else Rotation([fn])
+
+
+def measure_interleaved(fns: dict[str, Callable[[], Any] | Rotation], clock: Clock,
                         flush: Callable[[], Any] | None = None,
                         policy: TimingPolicy = TimingPolicy(),
                         wall: Callable[[], float] = time.perf_counter) -> dict[str, Stats]:
     """Time several functions call by call in alternation (submission, baseline, submission,
     ...), so that clock drift and neighbours' load hit all of them alike.
 
-    Before every timed call ``flush`` runs (it overwrites L2). Stops when every function's
+    Each function is a plain callable or a :class:`Rotation`. Before every timed call, in this
+    order and untimed: the rotation's next argument set and its poison, then ``flush`` (it
+    overwrites L2), then the clock's own preparation and start event. After it: the rotation's
+    check of that call (WrongTimedCall stops the measurement). Stops when every function's
     relative standard error is below the target (after ``min_reps``), when ``max_reps`` is
     reached, or when the wall-clock budget runs out.
     """
+    rotations = {name: as_rotation(fn) for name, fn in fns.items()}
     for _ in range(policy.warmup):
-        for fn in fns.values():
-            fn()
-    samples: dict[str, list[float]] = {name: [] for name in fns}
+        for rot in rotations.values():
+            rot()
+    samples: dict[str, list[float]] = {name: [] for name in rotations}
     start = wall()
     while True:
-        for name, fn in fns.items():
+        for name, rot in rotations.items():
+            which, fn = rot.prepare()
             if flush is not None:
                 flush()
             samples[name].append(clock.time_call(fn))
+            rot.finished(which)
         n = len(next(iter(samples.values())))
         stats = {k: Stats(v) for k, v in samples.items()}
         if n >= policy.max_reps:
@@ -167,26 +270,33 @@ class L2Flusher:
 @dataclasses.dataclass
 class Floor:
     min_time_s: float
-    reason: str
+    reason: str                  # the peak that bounds the time, named with its figure
+    amount: float = 0.0          # the bytes or FLOPs of the bound
+    unit: str = ""               # "TB/s" or "TFLOP/s"
 
 
-def physical_floor(spec, bytes_moved: float = 0.0, flops: float = 0.0, slack: float = 1.25) -> Floor:
-    """The shortest time the work can take on ``spec``: bytes over peak bandwidth, FLOPs over
-    peak compute, whichever is larger, divided by ``slack`` (datasheet peaks are rounded and
-    clocks can boost). A measured time under this floor is physically impossible: the work was
+def physical_floor(spec, bytes_moved: float = 0.0, flops: float = 0.0) -> Floor:
+    """The shortest time the work can take on ``spec``: the bytes at the HBM's peak bandwidth or
+    the FLOPs at the dense fp16 tensor peak, whichever takes longer, each peak with the margin the
+    GPU's clocks give it over the datasheet figure (grader/hardware.py: ``hbm_margin``,
+    ``fp16_margin``). A measured time under this floor is physically impossible: the work was
     not done, was cached across calls, or the timer was fooled."""
-    t_mem = bytes_moved / spec.bandwidth if bytes_moved else 0.0
-    t_cmp = flops / spec.peak_flops if flops else 0.0
-    t = max(t_mem, t_cmp) / slack
-    which = "memory" if t_mem >= t_cmp else "compute"
-    return Floor(t, f"{which} roofline of {spec.name} ({t * 1e6:.2f} us after x{slack} slack)")
+    bandwidth = spec.bandwidth * spec.hbm_margin
+    compute = spec.peak_flops * spec.fp16_margin
+    t_mem = bytes_moved / bandwidth if bytes_moved else 0.0
+    t_cmp = flops / compute if flops else 0.0
+    if t_mem >= t_cmp:
+        return Floor(t_mem, f"memory (HBM) peak of {spec.name}, {bandwidth / 1e12:.2f} TB/s", bytes_moved, "TB/s")
+    return Floor(t_cmp, f"compute (dense fp16) peak of {spec.name}, {compute / 1e12:.0f} TFLOP/s", flops, "TFLOP/s")
 
 
 def check_floor(measured_s: float, floor: Floor) -> str | None:
-    """None when plausible, else a message explaining the rejection."""
+    """None when plausible, else a message naming the impossible rate and the peak it exceeds."""
     if measured_s <= 0 or measured_s < floor.min_time_s:
-        return (f"measured {measured_s * 1e6:.3f} us is faster than physically possible: "
-                f"the {floor.reason}. The time is rejected.")
+        rate = (f" ({floor.amount / measured_s / 1e12:.2f} {floor.unit})"
+                if measured_s > 0 and floor.amount else "")
+        return (f"measured {measured_s * 1e6:.3f} us{rate} is faster than physically possible: above the "
+                f"{floor.reason} (at least {floor.min_time_s * 1e6:.3f} us). The time is rejected.")
     return None
 
 

@@ -279,3 +279,53 @@ def test_autograde_preprocessor_scores_zero_without_a_report(tmp_path):
     assert nb.cells[0].outputs == []
     assert utils.determine_grade(nb.cells[1]) == (0, 2)
     assert "not graded: the grader wrote no report" in json.dumps(nb.cells[1].outputs)
+
+
+def test_autograde_log_names_the_kept_report_and_warns_of_the_public_seed(tmp_path, monkeypatch):
+    """What an instructor reads in autograde's log: a short line per student, the report where it
+    is kept (not the temporary file the grader wrote, removed since), and a warning when no secret
+    seed is set."""
+    import logging
+
+    import nbformat
+    from grader.classroom.nbgrader_autograde import GradeWithGrader
+    monkeypatch.delenv("GRADER_SECRET_SEED", raising=False)
+    monkeypatch.setenv("GRADER_CPU_ONLY", "1")
+    monkeypatch.setattr(GradeWithGrader, "_warned_public", False)
+    (tmp_path / f"{LAB}.ipynb").write_text('{"cells": [ not json')     # graded at once: unreadable
+    graded = nbformat.v4.new_code_cell('grade("lab1_roofline", "a_flops")', metadata={"nbgrader": {
+        "grade": True, "solution": False, "locked": True, "grade_id": "test_a_flops", "points": 2,
+        "schema_version": 3}})
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [graded]
+    lines = []
+    log = logging.getLogger("test-autograde-log")
+    log.setLevel(logging.INFO)
+    handler = logging.Handler()
+    handler.emit = lambda record: lines.append(record.getMessage())
+    log.addHandler(handler)
+    kept = tmp_path / "reports"
+    pre = GradeWithGrader(log=log, report_dir=str(kept))
+    resources = {"unique_key": LAB, "metadata": {"path": str(tmp_path)},
+                 "nbgrader": {"assignment": LAB, "student": "alice", "notebook": LAB}}
+    pre.preprocess(nb, resources)
+    text = "\n".join(lines)
+    assert (kept / "alice" / f"{LAB}.json").is_file()
+    assert f"wrote {kept / 'alice' / f'{LAB}.json'}" in text, text
+    assert "grader-autograde-" not in text, text
+    assert all(len(line) < 400 for line in lines if line.startswith("Grading")), lines
+    assert sum("grading with the PUBLIC seed" in line for line in lines) == 1, lines
+
+
+def test_autograde_records_nothing_when_the_machine_failed(tmp_path, monkeypatch):
+    """The infrastructure verdict is no grade: the preprocessor raises, so that nbgrader records
+    nothing for the submission and exits non-zero."""
+    import nbformat
+    from grader.classroom import nbgrader_autograde
+    failed = {"a_flops": {"part": "a_flops", "verdict": "infrastructure", "points": 0.0, "max_points": 2.0,
+                          "message": "the GPU harness could not start"}}
+    monkeypatch.setattr(nbgrader_autograde.GradeWithGrader, "run_grader", lambda self, lab, nb, student: (failed, ""))
+    resources = {"unique_key": LAB, "metadata": {"path": str(tmp_path)},
+                 "nbgrader": {"assignment": LAB, "student": "alice", "notebook": LAB}}
+    with pytest.raises(nbgrader_autograde.MachineFailure, match="the GPU harness could not start"):
+        nbgrader_autograde.GradeWithGrader().preprocess(nbformat.v4.new_notebook(), resources)

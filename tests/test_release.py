@@ -290,3 +290,40 @@ def test_release_refuses_a_folder_in_use(root, tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0 and "not empty" in proc.stderr
     assert (tmp_path / "notes.txt").read_text() == "mine"
+
+
+def test_edition_ships_only_what_git_tracks(root, edition):
+    """assignments/ in the edition is exactly the files git tracks there; its .gitignore keeps the
+    notebooks' plots and a virtual environment out of the students' commits."""
+    tracked = set(release.tracked_files("assignments", root))
+    shipped = set()
+    for dirpath, dirnames, files in os.walk(os.path.join(edition, "assignments")):
+        shipped |= {os.path.relpath(os.path.join(dirpath, f), edition) for f in files}
+    assert shipped == tracked
+    with open(os.path.join(edition, ".gitignore")) as f:
+        ignored = f.read().split()
+    assert {".venv/", "assignments/**/*.png"} <= set(ignored), ignored
+
+
+def test_untracked_and_ignored_files_are_not_shipped(tmp_path):
+    """A temporary course repository: a tracked notebook is copied; a scratch notebook nobody added,
+    a git-ignored plot and a checkpoint are not; a lecture's drawn figure (git-ignored) is when asked."""
+    repo, dest = tmp_path / "repo", tmp_path / "edition"
+    lab = repo / "assignments" / "lab1"
+    (lab / ".ipynb_checkpoints").mkdir(parents=True)
+    (lab / "lab1.ipynb").write_text("{}")
+    (lab / "scratch.ipynb").write_text("{}")                       # untracked
+    (lab / "plot.png").write_bytes(b"png")                          # ignored
+    (lab / ".ipynb_checkpoints" / "lab1-checkpoint.ipynb").write_text("{}")
+    (repo / "lectures" / "lab1" / "generated").mkdir(parents=True)
+    (repo / "lectures" / "lab1" / "index.md").write_text("# Lab 1")
+    (repo / "lectures" / "lab1" / "generated" / "fig.png").write_bytes(b"png")
+    (repo / "lectures" / "lab1" / "notes.txt").write_text("mine")  # untracked
+    (repo / ".gitignore").write_text("*.png\n.ipynb_checkpoints/\n")
+    for args in (["init", "-q"], ["add", ".gitignore", "assignments/lab1/lab1.ipynb", "lectures/lab1/index.md"]):
+        subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True)
+    assert release.copy_tracked("assignments", str(dest), root=str(repo)) == ["assignments/lab1/lab1.ipynb"]
+    shipped = sorted(os.path.relpath(os.path.join(d, f), dest) for d, _, fs in os.walk(dest) for f in fs)
+    assert shipped == ["assignments/lab1/lab1.ipynb"]
+    assert release.copy_tracked("lectures", str(dest), root=str(repo), also=release._generated) == [
+        "lectures/lab1/generated/fig.png", "lectures/lab1/index.md"]

@@ -21,10 +21,13 @@ Results, per student, under ``RESULTS_DIR/<lab>/<student>/``, written as each fi
 
 ``--resume`` skips a student (or one piece) whose status says done with the same
 fingerprint: the SHA-256 of the notebook, the lab's ``thresholds_version``, the parts
-selected, ``--public``, whether GPU parts were graded on a GPU, and a digest of
-``GRADER_SECRET_SEED``. Anything else (never graded, crashed, timed out, changed) is graded
-again. Interrupting a batch (Ctrl-C, SIGTERM) kills the running graders and loses nothing
-that had finished.
+selected, ``--public``, whether GPU parts were graded on a GPU, and the seed's fingerprint
+(the one reports carry: "public", or "secret (fingerprint ...)" of ``GRADER_SECRET_SEED`` under
+the course key). Anything else (never graded, crashed, timed out, changed) is graded again.
+A ``--resume`` whose seed differs from the one the results on disk were graded with stops
+before grading anything (:func:`resume_seed_problem`): regrading part of a class with other
+inputs would mix two sets of hidden cases, or put public results over secret ones. Interrupting
+a batch (Ctrl-C, SIGTERM) kills the running graders and loses nothing that had finished.
 """
 from __future__ import annotations
 
@@ -53,6 +56,8 @@ DONE = "done"              # the CLI wrote a valid report
 CRASHED = "crashed"        # the CLI exited without one
 TIMEOUT = "timeout"        # the CLI ran past the pieces' time limit and was killed
 INCOMPLETE = "incomplete"  # student level: some piece did not finish (a low score is still DONE)
+INFRASTRUCTURE = "infrastructure"  # a report with the grading machine's failure in it (report.INFRASTRUCTURE
+                                   # verdicts): kept, counted apart, graded again by --resume
 
 
 # ------------------------------------------------------------------ discovery
@@ -164,8 +169,50 @@ def pieces(opts: Options) -> list[Piece]:
     return [piece("all", sel)]
 
 
-def seed_digest() -> str:
-    return hashlib.sha256(os.environ.get("GRADER_SECRET_SEED", "").encode()).hexdigest()[:16]
+SECRET_ENV = "GRADER_SECRET_SEED"
+PUBLIC_SEED_WARNING = ("grading with the PUBLIC seed: hidden cases are ones students can reproduce; "
+                       f"set {SECRET_ENV}")
+
+
+def seed_fingerprint() -> str:
+    """The seed the graders of this batch will use, as reports name it: "public", or "secret
+    (fingerprint ...)" of GRADER_SECRET_SEED under the course key (never the secret itself)."""
+    from .. import inputs      # imports torch: only when a batch runs, not for `--help`
+    return inputs.seed_label(inputs.seed_of(os.environ.get(SECRET_ENV)))
+
+
+def recorded_seeds(lab_dir: str) -> dict[str, list[str]]:
+    """{seed fingerprint: students} of every result under ``lab_dir`` (students' and pieces'
+    status files)."""
+    found: dict[str, list[str]] = {}
+    for student in sorted(os.listdir(lab_dir)) if os.path.isdir(lab_dir) else []:
+        d = os.path.join(lab_dir, student)
+        if not _valid_student(student) or not os.path.isdir(d):
+            continue
+        for name in sorted(os.listdir(d)):
+            if name.endswith("status.json"):
+                fp = (read_json(os.path.join(d, name)) or {}).get("fingerprint")
+                if isinstance(fp, dict) and "seed" in fp:
+                    names = found.setdefault(str(fp["seed"]), [])
+                    if student not in names:
+                        names.append(student)
+    return found
+
+
+def resume_seed_problem(results_dir: str, lab: str) -> str | None:
+    """Why ``--resume`` must stop before grading anything, or None: the results on disk were
+    graded with another seed than this run's (say the secret one, and this run has none)."""
+    lab_dir = os.path.join(results_dir, lab)
+    current = seed_fingerprint()
+    other = {seed: students for seed, students in recorded_seeds(lab_dir).items() if seed != current}
+    if not other:
+        return None
+    before = "; ".join(f"{seed} ({len(students)} student(s), e.g. {students[0]})" for seed, students in other.items())
+    unset = f" ({SECRET_ENV} is not set)" if current == "public" else ""
+    return (f"--resume: the results in {lab_dir} were graded with the seed {before}, and this run's seed is "
+            f"{current}{unset}. Resuming would grade the rest of the class with other inputs and hidden cases. "
+            f"Set {SECRET_ENV} to the secret of the run being resumed (with the same course key, "
+            f"GRADER_SEED_KEY_FILE), or run without --resume to grade every submission again with this seed.")
 
 
 def fingerprint(sub: Submission, opts: Options, parts: Iterable[str], needs_gpu: bool,
@@ -173,7 +220,7 @@ def fingerprint(sub: Submission, opts: Options, parts: Iterable[str], needs_gpu:
     """What a result depends on; ``--resume`` regrades when any of it differs."""
     return {"notebook_sha256": digest or sub.digest(),
             "thresholds_version": spec.load(opts.lab).thresholds_version,
-            "parts": list(parts), "public": opts.public, "gpu": needs_gpu, "seed": seed_digest()}
+            "parts": list(parts), "public": opts.public, "gpu": needs_gpu, "seed": seed_fingerprint()}
 
 
 def full_fingerprint(sub: Submission, opts: Options, digest: str | None = None) -> dict[str, Any]:
@@ -215,6 +262,11 @@ def load_report(path: str) -> dict[str, Any] | None:
 
 def is_done(status: dict | None, fp: dict) -> bool:
     return bool(status) and status.get("state") == DONE and status.get("fingerprint") == fp
+
+
+def _machine_failures(rep: dict[str, Any]) -> list[str]:
+    """The parts of a report the grading machine failed to grade (the infrastructure verdict)."""
+    return [r["part"] for r in rep.get("results", []) if r.get("verdict") == INFRASTRUCTURE]
 
 
 # ------------------------------------------------------------------ grading one piece
@@ -278,9 +330,14 @@ def grade_piece(sub: Submission, opts: Options, piece: Piece, env_extra: dict[st
     if stop is not None and stop.is_set():
         return None
     elapsed = time.time() - started
-    if state == DONE and load_report(rep) is None:
+    rep_data = load_report(rep) if state == DONE else None
+    if state == DONE and rep_data is None:
         state = CRASHED
         detail = f"the grader exited with code {rc} without a valid report; last output:\n{_log_tail(log)}"
+    elif state == DONE and _machine_failures(rep_data):
+        state = INFRASTRUCTURE
+        detail = ("the grading machine failed for " + ", ".join(_machine_failures(rep_data))
+                  + " (not the submission's fault; see the report, then grade again with --resume)")
     status = {"student": sub.student, "lab": opts.lab, "piece": piece.name, "notebook": sub.path,
               "state": state, "detail": detail, "returncode": rc, "fingerprint": fp,
               "started": _stamp(started), "elapsed_s": round(elapsed, 2), "host": socket.gethostname(),
@@ -367,7 +424,8 @@ def finalize(sub: Submission, opts: Options, digest: str | None = None) -> dict[
     for pc in ps:
         st = read_json(os.path.join(d, f"{pc.name}.status.json"))
         rep = None
-        if is_done(st, fingerprint(sub, opts, pc.parts, pc.needs_gpu, digest)):
+        fp = fingerprint(sub, opts, pc.parts, pc.needs_gpu, digest)
+        if is_done(st, fp) or (st and st.get("state") == INFRASTRUCTURE and st.get("fingerprint") == fp):
             rep = load_report(os.path.join(d, f"{pc.name}.report.json"))
         elif st and st.get("state") == DONE:   # graded, but not this notebook or with other options
             st = {"state": "stale", "detail": "the result on disk is of another notebook or other options"}
@@ -393,9 +451,11 @@ def finalize(sub: Submission, opts: Options, digest: str | None = None) -> dict[
     else:
         report.write_gradescope(merged, os.path.join(d, "results.json.tmp"))
     os.replace(os.path.join(d, "results.json.tmp"), os.path.join(d, "results.json"))
-    state = DONE if len(reports) == len(ps) else INCOMPLETE
+    machine = [r.part for r in results if r.verdict == INFRASTRUCTURE]
+    state = INCOMPLETE if len(reports) < len(ps) else INFRASTRUCTURE if machine else DONE
     errors = [r.part for r in results if r.verdict == report.ERROR]
     status = {"student": sub.student, "lab": opts.lab, "notebook": sub.path, "state": state,
+              "unreadable": notebook_problem(sub), "infrastructure": machine,
               "fingerprint": full_fingerprint(sub, opts, digest), "notebook_mtime": sub.mtime(),
               "points": merged.points, "max_points": merged.max_points,
               "verdicts": {r.part: r.verdict for r in results}, "errors": errors,
@@ -494,6 +554,7 @@ class Progress:
 
     def __init__(self, lab: str, total: int, done: int = 0, errors: int = 0, stream=None, width: int = 28):
         self.lab, self.total, self.done, self.errors = lab, total, done, errors
+        self.machine = 0
         self.resumed = done
         self.start = time.monotonic()
         self.stream = stream or sys.stderr
@@ -508,7 +569,9 @@ class Progress:
         elapsed = time.monotonic() - self.start
         eta = fmt_s(elapsed / graded * left) if graded and left else ("0m00s" if not left else "--")
         return (f"{self.lab} [{'#' * fill}{'.' * (self.width - fill)}] {self.done}/{self.total} done, "
-                f"{left} left, {self.errors} with grading errors | {fmt_s(elapsed)} elapsed, ETA {eta}")
+                f"{left} left, {self.errors} with grading errors"
+                + (f", {self.machine} with machine failures" if self.machine else "")
+                + f" | {fmt_s(elapsed)} elapsed, ETA {eta}")
 
     def show(self) -> None:
         if self.tty:
@@ -519,9 +582,13 @@ class Progress:
         with self._lock:
             self.done += 1
             self.errors += has_grading_errors(status)
+            self.machine += has_machine_failures(status)
             msg = (f"{status['student']}: {status['points']:g}/{status['max_points']:g} points"
-                   + (f", errors in {', '.join(status['errors'])}" if status.get("errors") else "")
-                   + ("" if status["state"] == DONE else " (grading did not finish)")
+                   + (f", notebook not graded: {status['unreadable']}" if status.get("unreadable") else
+                      f", errors in {', '.join(status['errors'])}" if status.get("errors") else "")
+                   + (f", the grading machine failed for {', '.join(status.get('infrastructure') or [])}"
+                      if status["state"] == INFRASTRUCTURE else
+                      "" if status["state"] == DONE else " (grading did not finish)")
                    + f" [{status.get('elapsed_s', 0):.1f} s]")
             if self.tty:
                 self.stream.write("\r\x1b[K  " + msg + "\n" + self.line())
@@ -535,10 +602,29 @@ class Progress:
             self.stream.flush()
 
 
+def notebook_problem(sub: Submission) -> str:
+    """Why the submission's notebook cannot be graded at all (missing, not JSON, not a notebook
+    of this lab), as the grader says it; "" when it can be read. Reads the file as data only."""
+    from .. import submission
+    try:
+        submission.read_cells(submission.find_notebook(sub.path, spec.load(sub.lab).notebook))
+    except submission.SubmissionError as e:
+        return str(e)
+    return ""
+
+
 def has_grading_errors(status: dict[str, Any]) -> bool:
-    """Grading did not finish, or a part ended in an error (a crash, a time limit, an unreadable
-    notebook): not a low score, a result to look at."""
-    return status.get("state") != DONE or bool(status.get("errors"))
+    """A grading error, as the README defines it: grading did not finish (the grader crashed or
+    ran past its time limit) or the notebook could not be graded (missing, unreadable). The
+    submission's own errors (a syntax error, an exception, a kernel that hangs) are verdicts of
+    its parts, graded 0 like a wrong answer: not grading errors."""
+    return status.get("state") not in (DONE, INFRASTRUCTURE) or bool(status.get("unreadable"))
+
+
+def has_machine_failures(status: dict[str, Any]) -> bool:
+    """The grading machine failed on some part (the infrastructure verdict): counted apart from
+    grading errors; its points are no grade, and --resume grades it again."""
+    return status.get("state") == INFRASTRUCTURE
 
 
 # ------------------------------------------------------------------ the batch
@@ -662,6 +748,7 @@ def write_summary(results_dir: str, lab: str) -> dict[str, Any]:
     summary = {"lab": lab, "students": len(sts),
                "done": sum(s["state"] == DONE for s in sts.values()),
                "grading_errors": sorted(s for s, st in sts.items() if has_grading_errors(st)),
+               "machine_failures": sorted(s for s, st in sts.items() if has_machine_failures(st)),
                "results": {s: {k: st.get(k) for k in ("state", "points", "max_points", "errors", "finished")}
                            for s, st in sts.items()}}
     write_json(os.path.join(results_dir, lab, "summary.json"), summary)

@@ -39,6 +39,13 @@ def cmd_batch(args) -> int:
               f"submitted/<student>/{args.lab}/ and <student>.ipynb)", file=sys.stderr)
         return 2
     results_dir = os.path.abspath(args.out)
+    if args.resume:
+        why = batch.resume_seed_problem(results_dir, args.lab)
+        if why:
+            print(f"error: {why}", file=sys.stderr)
+            return 2
+    if not args.public and not os.environ.get(batch.SECRET_ENV):
+        print(f"warning: {batch.PUBLIC_SEED_WARNING}", file=sys.stderr, flush=True)
     if args.slurm:
         return slurm.cmd_batch_slurm(args, subs, results_dir)
     gpus = batch.visible_gpus() if args.gpus is None else [g for g in args.gpus.split(",") if g.strip()]
@@ -67,16 +74,21 @@ def cmd_batch(args) -> int:
     progress.close()
     summary = batch.write_summary(results_dir, args.lab)
     st = batch.lab_statuses(results_dir, args.lab)
-    not_finished = [s.student for s in subs if st.get(s.student, {}).get("state") != batch.DONE]
-    print(f"{args.lab}: {len(subs) - len(not_finished)}/{len(subs)} graded in "
+    machine = [s.student for s in subs if batch.has_machine_failures(st.get(s.student, {}))]
+    not_finished = [s.student for s in subs if st.get(s.student, {}).get("state") != batch.DONE
+                    and s.student not in machine]
+    print(f"{args.lab}: {len(subs) - len(not_finished) - len(machine)}/{len(subs)} graded in "
           f"{batch.fmt_s(time.monotonic() - progress.start)}; "
           f"{len(summary['grading_errors'])} with grading errors"
           f"{': ' + ', '.join(summary['grading_errors']) if summary['grading_errors'] else ''}; "
-          f"summary in {os.path.join(opts.lab_dir, 'summary.json')}")
+          + (f"{len(machine)} with machine failures (infrastructure): {', '.join(machine)}; " if machine else "")
+          + f"summary in {os.path.join(opts.lab_dir, 'summary.json')}")
     if not_finished:
         print(f"grading did not finish for: {', '.join(not_finished)} (rerun with --resume)", file=sys.stderr)
-        return 1
-    return 0
+    if machine:
+        print(f"the grading machine failed (not the students' code) for: {', '.join(machine)}; their reports say "
+              f"what failed: fix it and rerun with --resume", file=sys.stderr)
+    return 1 if not_finished or machine else 0
 
 
 def register(subparsers) -> None:
@@ -87,7 +99,8 @@ def register(subparsers) -> None:
     b.add_argument("submissions", metavar="SUBMISSIONS_DIR")
     b.add_argument("--out", required=True, metavar="RESULTS_DIR", help="results go to RESULTS_DIR/<lab>/<student>/")
     b.add_argument("--resume", action="store_true",
-                   help="keep results whose notebook, thresholds version and options are unchanged")
+                   help="keep results whose notebook, thresholds version and options are unchanged; the "
+                        "seed must be the one the results were graded with (set GRADER_SECRET_SEED again)")
     b.add_argument("--part", action="append", help="grade only this part (repeatable; passed to check)")
     b.add_argument("--public", action="store_true", help="public cases only (passed to check)")
     b.add_argument("--gpus", help="comma-separated GPU ids to use (default: CUDA_VISIBLE_DEVICES or all; '' for none)")

@@ -14,8 +14,10 @@ host or by its Slurm tasks, merged by ``collect``) and writes, by default into
   ``--db URL`` writes into another gradebook (e.g. the course's own) instead;
 - ``gradescope/<lab>/<student>/results.json``: Gradescope's results per student;
 - ``summary.html``: one page for the instructor: points per part, the parts most students
-  failed, the performance ratios against their thresholds, and the submissions that errored
-  or timed out (figures embedded as PNG).
+  failed, the performance ratios against their thresholds, the grading errors (grading did not
+  finish, or the notebook could not be read: results to look at), and apart from them the parts
+  that ended in an error of the submission's own code (a syntax error, an exception, a kernel
+  that hangs: graded 0, not grading errors) (figures embedded as PNG).
 """
 from __future__ import annotations
 
@@ -54,6 +56,15 @@ class Entry:
     @property
     def finished(self) -> bool:
         return self.status.get("state") == batch.DONE
+
+    @property
+    def unreadable(self) -> str:
+        """Why the notebook could not be graded at all, or "" (results of an earlier batch, without
+        this in their status, are asked the notebook itself)."""
+        if "unreadable" in self.status:
+            return self.status["unreadable"] or ""
+        path = self.status.get("notebook")
+        return batch.notebook_problem(batch.Submission(self.student, self.lab, path)) if path else ""
 
 
 def load_results(results_dir: str, labs: list[str] | None = None) -> dict[str, list[Entry]]:
@@ -96,7 +107,7 @@ def write_csv(by_lab: dict[str, list[Entry]], path: str) -> None:
                            + [f"{res[p].points:g}" if p in res else "" for p in parts]
                            + [f"{e.report['points']:g}", f"{e.report['max_points']:g}"]
                            + [res[p].verdict if p in res else "" for p in parts]
-                           + ["yes" if e.finished else f"no ({e.status.get('state')})",
+                           + [_graded(e),
                               " ".join(r.part for r in e.results if r.verdict == report.ERROR),
                               (e.status.get("fingerprint") or {}).get("notebook_sha256", "")])
 
@@ -346,12 +357,34 @@ def failure_table(lab: str, entries: list[Entry]) -> list[dict[str, Any]]:
     return rows
 
 
-def error_rows(entries: list[Entry]) -> list[dict[str, str]]:
+def _graded(e: Entry) -> str:
+    """The CSV's "graded" column: yes, or why the submission has no real grade."""
+    if e.unreadable:
+        return "no (the notebook could not be read)"
+    return "yes" if e.finished else f"no ({e.status.get('state')})"
+
+
+def grading_error_rows(entries: list[Entry]) -> list[dict[str, str]]:
+    """Grading errors (batch.has_grading_errors): grading did not finish, or the notebook could
+    not be read. Their points are not a grade yet."""
     rows = []
     for e in entries:
-        if not e.finished:
+        if e.unreadable:
+            rows.append({"student": e.student, "part": "(all)", "what": "the notebook could not be read",
+                         "message": _first_line(e.unreadable, 200)})
+        elif not e.finished:
             rows.append({"student": e.student, "part": "(all)", "what": f"grading did not finish ({e.status.get('state')})",
                          "message": _first_line(json.dumps(e.status.get("pieces", {})), 200)})
+    return rows
+
+
+def error_rows(entries: list[Entry]) -> list[dict[str, str]]:
+    """Parts graded with an error verdict of the submission's own code (a syntax error, an
+    exception, a kernel that hangs): graded 0, like a wrong answer."""
+    rows = []
+    for e in entries:
+        if e.unreadable:
+            continue
         for r in e.results:
             if r.verdict == report.ERROR and r.measurements.get("batch") != "not graded":
                 timed_out = "timed out" in r.message
@@ -398,15 +431,19 @@ def render_html(by_lab: dict[str, list[Entry]], results_dir: str) -> str:
         fig = _ratio_figure(entries)
         out.append(_img(fig, f"{lab} performance ratios") if fig else
                    "<p>No performance ratio in these results (performance parts are graded on a GPU).</p>")
-        errs = error_rows(entries)
-        out.append(f"<h3>Submissions that errored or timed out ({len({r['student'] for r in errs})})</h3>")
-        if errs:
-            out.append("<table><tr><th>student</th><th>part</th><th>what</th><th>message</th></tr>")
-            out += [f"<tr><td>{esc(r['student'])}</td><td>{esc(r['part'])}</td><td>{esc(r['what'])}</td>"
-                    f"<td>{esc(r['message'])}</td></tr>" for r in errs]
-            out.append("</table>")
-        else:
-            out.append("<p>None.</p>")
+        for title, errs in (("Grading errors: grading did not finish or the notebook could not be read",
+                             grading_error_rows(entries)),
+                            ("Parts that ended in an error of the submission's code (a syntax error, an "
+                             "exception, a time limit of the part): graded 0, not grading errors",
+                             error_rows(entries))):
+            out.append(f"<h3>{esc(title)} ({len({r['student'] for r in errs})} students)</h3>")
+            if errs:
+                out.append("<table><tr><th>student</th><th>part</th><th>what</th><th>message</th></tr>")
+                out += [f"<tr><td>{esc(r['student'])}</td><td>{esc(r['part'])}</td><td>{esc(r['what'])}</td>"
+                        f"<td>{esc(r['message'])}</td></tr>" for r in errs]
+                out.append("</table>")
+            else:
+                out.append("<p>None.</p>")
     out.append("</body></html>\n")
     return "\n".join(out)
 

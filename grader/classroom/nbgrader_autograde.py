@@ -17,7 +17,10 @@ feedback. So the course replaces ``Execute`` (``c.Autograde.autograde_preprocess
    partial-credit rule, :func:`nbgrader.utils.determine_grade`). A part missing from the report,
    or a report that could not be produced, scores 0 and the cell says why;
 3. executes no cell, and clears the outputs of every other code cell (whatever a student saved
-   there is not the autograder's).
+   there is not the autograder's);
+4. records nothing when the grader reports that the grading machine failed (the
+   ``infrastructure`` verdict): it raises :class:`MachineFailure`, so nbgrader removes that
+   submission's autograded copy, goes on with the others and exits non-zero.
 
 The seed never reaches a cell: only the verdict, the message and the points of each part are
 copied from the report, and the value of ``GRADER_SECRET_SEED`` is masked should it ever occur
@@ -39,13 +42,19 @@ from nbgrader.preprocessors import NbGraderPreprocessor
 from traitlets import Integer, Unicode
 
 from .. import sandbox
+from .batch import PUBLIC_SEED_WARNING
 
 SECRET_ENV = "GRADER_SECRET_SEED"
+INFRASTRUCTURE = "infrastructure"     # report.INFRASTRUCTURE: the grading machine failed, not the submission
 GRADE_PREFIX = "test_"
 # The folder holding the ``grader`` package: the grader subprocess runs from it and imports it.
 PACKAGE_ROOT = sandbox.REPO_ROOT
 HEADER = ("Autograded by the course's grader (python -m grader check) from the saved notebook; "
           "no cell of the notebook was run.")
+
+
+class MachineFailure(Exception):
+    """The grader reported a failure of the grading machine (the infrastructure verdict)."""
 
 
 class GradeWithGrader(NbGraderPreprocessor):
@@ -58,12 +67,24 @@ class GradeWithGrader(NbGraderPreprocessor):
         "", help="If set, keep each grader report as <report_dir>/<student>/<assignment>.json "
                  "(the instructor's record: measurements, GPU, clocks, versions).").tag(config=True)
 
+    _warned_public = False
+
     def preprocess(self, nb: NotebookNode, resources: dict) -> tuple[NotebookNode, dict]:
+        if not os.environ.get(SECRET_ENV) and not GradeWithGrader._warned_public:
+            self.log.warning(PUBLIC_SEED_WARNING)
+            GradeWithGrader._warned_public = True
         lab = resources["nbgrader"]["assignment"]
         student = resources["nbgrader"]["student"]
         notebook = os.path.join(resources.get("metadata", {}).get("path") or ".",
                                 resources["unique_key"] + ".ipynb")
         results, problem = self.run_grader(lab, os.path.abspath(notebook), student)
+        machine = sorted(part for part, r in results.items() if r["verdict"] == INFRASTRUCTURE)
+        if machine:
+            # Not a grade: nbgrader records nothing for this submission, goes on with the others
+            # and exits non-zero; `nbgrader autograde` again (once the machine is fixed) grades it.
+            raise MachineFailure(f"the grading machine failed on {lab}/{', '.join(machine)} for {student} (not the "
+                                 f"student's code): {results[machine[0]].get('message', '')[:500]}; nothing is "
+                                 "recorded for this submission: fix the machine and run nbgrader autograde again")
         for cell in nb.cells:
             if cell.cell_type != "code":
                 continue
@@ -91,7 +112,8 @@ class GradeWithGrader(NbGraderPreprocessor):
         env = dict(os.environ)
         env["PYTHONPATH"] = PACKAGE_ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         env.pop("NBGRADER_EXECUTION", None)
-        self.log.info("Grading %s for %s: %s", lab, student, " ".join(cmd))
+        kept = os.path.join(self.report_dir, student, f"{lab}.json") if self.report_dir else ""
+        self.log.info("Grading %s for %s: python -m grader check %s --submission %s", lab, student, lab, notebook)
         try:
             proc = subprocess.Popen(cmd, cwd=PACKAGE_ROOT, env=env, stdin=subprocess.DEVNULL,
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -102,6 +124,8 @@ class GradeWithGrader(NbGraderPreprocessor):
                 _kill_group(proc)
                 proc.communicate()
                 return {}, f"the grader did not finish within {self.timeout} s"
+            # The grader names the report it wrote: the temporary one, removed below; say where it is kept.
+            out = out.replace(report_path, kept or "(a temporary file; set GradeWithGrader.report_dir to keep it)")
             self.log.info("grader output for %s/%s:\n%s", student, lab, mask(out[-6000:]))
             if proc.returncode:
                 self.log.warning("grader exited with status %s for %s/%s:\n%s", proc.returncode,
@@ -109,6 +133,9 @@ class GradeWithGrader(NbGraderPreprocessor):
             if not os.path.isfile(report_path):
                 return {}, (f"the grader wrote no report (exit status {proc.returncode}); the "
                             "instructor's autograde log has the details")
+            if kept:
+                os.makedirs(os.path.dirname(kept), exist_ok=True)
+                shutil.copyfile(report_path, kept)
             try:
                 with open(report_path) as f:
                     text = f.read()
@@ -121,10 +148,6 @@ class GradeWithGrader(NbGraderPreprocessor):
             except (OSError, ValueError, TypeError, KeyError) as e:
                 self.log.error("unreadable grader report for %s/%s: %s", student, lab, e)
                 return {}, "the grader's report could not be read"
-            if self.report_dir:
-                dest = os.path.join(self.report_dir, student, f"{lab}.json")
-                os.makedirs(os.path.dirname(dest), exist_ok=True)
-                shutil.copyfile(report_path, dest)
             return results, ""
         finally:
             shutil.rmtree(tmp, ignore_errors=True)

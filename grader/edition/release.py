@@ -327,17 +327,20 @@ users: `conda env create -f environment.yml`.
 
 ## Working on a lab
 
-1. Read the lab's lecture notes (`lectures/<lab>/index.md`, or build the site, below), then
-   `jupyter lab assignments/lab1_roofline/lab1_roofline.ipynb`.
+1. Read the lab's lecture notes (`lectures/<lab>/index.md`, or build the site, below), then,
+   from this folder, `jupyter lab --notebook-dir=. assignments/lab1_roofline/lab1_roofline.ipynb`
+   (Jupyter's file browser then starts here, with `lectures/` in reach).
 2. Write your code where a cell says `# YOUR CODE HERE` and replace the `todo("...")` line. Only
    those cells are your submission; keep the function names of the skeleton.
 3. Run each part's check cell as you go. It runs the part's public cases on your live code and
-   prints one line when the part is right; otherwise it stops with what is wrong, said once.
+   prints its verdict when the part is right (a line, and a line per arch below it for a build
+   check); otherwise it stops with what is wrong, said once.
    Parts that need a GPU are skipped on a machine without one. A few parts say "checked by the
    course grader (not in the student edition)": their checks need the course's reference code.
-   The locked graded cells are filled in by the course's autograder; run here, they only say so.
-4. Check the saved notebook with the notebook's last cell (`grade_notebook(...)`), or from a
-   terminal:
+   The locked graded cells are filled in by the course's autograder; run here, they do nothing.
+4. Check the saved notebook on the public cases, in the grader's own processes, with the
+   notebook's last cell (`grade_notebook(...)`), or from a terminal (this edition has no hidden
+   cases: your grade comes from the course grader, step 5):
 
    ```bash
    python -m grader check lab1_roofline --public --submission assignments/lab1_roofline/lab1_roofline.ipynb
@@ -362,9 +365,12 @@ GITIGNORE = """\
 __pycache__/
 *.pyc
 *.egg-info/
+.venv/
 build/
 lectures/_build/
 .ipynb_checkpoints/
+# Plots the lab notebooks save beside themselves
+assignments/**/*.png
 """
 
 STUB = '''\
@@ -448,26 +454,57 @@ def _commit(dest: str, progress) -> str:
     return git("rev-parse", "HEAD").stdout.strip()
 
 
+def tracked_files(folder: str, root: str | None = None) -> list[str]:
+    """The files of ``folder`` that git tracks, as paths relative to ``root`` (the repository):
+    what the edition ships of a folder. Untracked and git-ignored files (a scratch notebook, a
+    saved plot, a checkpoint, a cache) are never shipped."""
+    root = root or REPO_ROOT
+    if shutil.which("git") is None:
+        raise ReleaseError("git is not installed: the edition ships the files git tracks, so it needs git")
+    proc = subprocess.run(["git", "ls-files", "-z", "--", folder], cwd=root, capture_output=True, text=True,
+                          timeout=300)
+    if proc.returncode:
+        raise ReleaseError(f"git ls-files {folder} failed in {root}: {proc.stderr.strip()[-500:]} (the "
+                           "student edition is made from the course's git repository)")
+    return sorted(p for p in proc.stdout.split("\0") if p and os.path.isfile(os.path.join(root, p)))
+
+
+def copy_tracked(folder: str, dest: str, root: str | None = None, skip=lambda rel: False,
+                 also=lambda rel: False) -> list[str]:
+    """Copy the files git tracks in ``folder`` (less those ``skip`` names), and the untracked ones
+    that ``also`` names, from ``root`` into ``dest`` (same relative paths); returns them."""
+    root = root or REPO_ROOT
+    files = {p for p in tracked_files(folder, root) if not skip(p)}
+    for dirpath, dirnames, names in os.walk(os.path.join(root, folder)):
+        for name in names:
+            rel = os.path.relpath(os.path.join(dirpath, name), root)
+            if also(rel) and not skip(rel):
+                files.add(rel)
+    for rel in sorted(files):
+        os.makedirs(os.path.dirname(os.path.join(dest, rel)), exist_ok=True)
+        shutil.copy2(os.path.join(root, rel), os.path.join(dest, rel))
+    return sorted(files)
+
+
 def _copy_grader(dest: str) -> None:
-    skip = {os.path.join("labs", f"{lab}.py") for lab in spec.lab_names()} | {os.path.join("edition", "release.py")}
-    src_root = os.path.join(REPO_ROOT, "grader")
-    for dirpath, dirnames, files in os.walk(src_root):
-        dirnames[:] = [d for d in dirnames if d not in ("__pycache__", "public")]
-        rel_dir = os.path.relpath(dirpath, src_root)
-        os.makedirs(os.path.join(dest, "grader", rel_dir), exist_ok=True)
-        for f in files:
-            rel = os.path.normpath(os.path.join(rel_dir, f))
-            if rel in skip or f.endswith((".pyc", ".pyo")):
-                continue
-            shutil.copy2(os.path.join(dirpath, f), os.path.join(dest, "grader", rel))
+    skip = ({os.path.join("grader", "labs", f"{lab}.py") for lab in spec.lab_names()}
+            | {os.path.join("grader", "edition", "release.py")})
+    copy_tracked("grader", dest, skip=lambda rel: rel in skip or rel.startswith(os.path.join("grader", "public", "")))
     for lab in spec.lab_names():
         with open(os.path.join(dest, "grader", "labs", f"{lab}.py"), "w") as f:
             f.write(STUB.format(lab=lab, title=spec.load(lab).title))
 
 
-def _copy_lectures(dest: str, ignore, progress) -> None:
-    """The lecture notes with their figures drawn. A figure script that draws from the grader's
-    references (``grader.labs.<lab>``) is left out and its figures are shipped drawn."""
+def _generated(rel: str) -> bool:
+    """A figure a lecture's ``figures.py`` draws (``lectures/<lab>/generated/``; git-ignored)."""
+    folders = rel.split(os.sep)[:-1]
+    return "generated" in folders and "_build" not in folders and not rel.endswith((".pyc", ".pyo"))
+
+
+def _copy_lectures(dest: str, progress) -> None:
+    """The lecture notes with their figures drawn (the files git tracks, and the figures the
+    scripts drew). A figure script that draws from the grader's references
+    (``grader.labs.<lab>``) is left out and its figures are shipped drawn."""
     scripts = sorted(p for p in os.listdir(os.path.join(REPO_ROOT, "lectures"))
                      if os.path.isfile(os.path.join(REPO_ROOT, "lectures", p, "figures.py")))
     for lab in scripts:
@@ -475,7 +512,7 @@ def _copy_lectures(dest: str, ignore, progress) -> None:
         proc = subprocess.run([sys.executable, "figures.py"], cwd=folder, capture_output=True, text=True)
         if proc.returncode:
             raise ReleaseError(f"lectures/{lab}/figures.py failed: {proc.stderr[-2000:]}")
-    shutil.copytree(os.path.join(REPO_ROOT, "lectures"), os.path.join(dest, "lectures"), ignore=ignore)
+    copy_tracked("lectures", dest, also=_generated)
     for lab in scripts:
         script = os.path.join(dest, "lectures", lab, "figures.py")
         with open(script) as f:
@@ -514,9 +551,8 @@ def build_release(dest: str, force: bool = False, progress=print) -> dict:
                  f"{', '.join(list(t['shipped']) + t['default_runner']) or '-'}; "
                  f"course grader only: {', '.join(t['course_grader_only']) or '-'}")
     _prepare(dest, force)
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".ipynb_checkpoints", "_build")
-    shutil.copytree(os.path.join(REPO_ROOT, "assignments"), os.path.join(dest, "assignments"), ignore=ignore)
-    _copy_lectures(dest, ignore, progress)
+    copy_tracked("assignments", dest)        # the notebooks as committed: no scratch file, no plot
+    _copy_lectures(dest, progress)
     _copy_grader(dest)
     os.makedirs(os.path.join(dest, "grader", "public"), exist_ok=True)
     for lab, table in tables.items():

@@ -1,10 +1,12 @@
 """Build parts that check more than the mechanisms in the SASS: the tensor maps of Lab 2's TMA
-kernels and the CUDA source of Lab 3's transposes. They hold no reference answer, so the student
+kernels and the shared-memory staging of Lab 3's transposes. They hold no reference answer, so the student
 edition ships this module and its check cells, ``check --public`` and ``compile`` all check these
 parts (grader/edition/release.py)."""
 from __future__ import annotations
 
-from .. import grading
+import re
+
+from .. import grading, inspect
 from ..context import Context, Outcome
 
 SWIZZLE_CODES = {0: "none", 1: "32B", 2: "64B", 3: "128B"}   # CUtensorMapSwizzle values
@@ -49,18 +51,28 @@ def tma_build(module, ctx: Context) -> Outcome:
     return grading.build_part(module, ctx, swizzle_check)
 
 
+_SASS_OPCODE = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)(?:\.[\w.]*)?[\s;]")
+
+
 def staged_transpose(name: str, art) -> tuple[bool, str, dict]:
-    """Lab 3: the tile goes through shared memory (st.shared and ld.shared in the PTX the grader
-    assembles), and the swizzled kernel computes an XOR of its addresses (xor in that PTX)."""
-    ptx = art.ptx
-    found = {"st.shared": ptx.count("st.shared"), "ld.shared": ptx.count("ld.shared"), "xor": ptx.count("xor.b")}
+    """Lab 3: the tile goes through shared memory (STS and LDS instructions in the SASS of the
+    launched code), and the swizzled kernel computes an XOR of its addresses (an ``xor``
+    instruction in the PTX of the launched code, which ptxas folds into LOP3 with other logic).
+    Instructions only: words in comments, strings or unlaunched entries do not count (static:
+    inspect.STATIC)."""
+    texts = inspect.launched_texts(art)
+    ops = _SASS_OPCODE.findall(texts["sass"])
+    xors = [i for i in inspect.ptx_instructions(texts["ptx"]) if re.match(r"(?:@!?%?\w+\s+)?xor\.b\d+\s", i)]
+    found = {"STS": ops.count("STS"), "LDS": ops.count("LDS"), "xor": len(xors)}
     problems = []
-    if not (found["st.shared"] and found["ld.shared"]):
-        problems.append("MISSING: the tile is not staged in shared memory (no st.shared/ld.shared in the PTX)")
+    if not (found["STS"] and found["LDS"]):
+        problems.append(f"MISSING: the tile is not staged in shared memory ({found['STS']} STS and {found['LDS']} "
+                        "LDS in the SASS of the launched kernel; both needed)")
     if name.endswith("swizzled") and not found["xor"]:
-        problems.append("MISSING: no XOR in the swizzled kernel's PTX")
-    return (not problems, "; ".join(problems) or "staged in shared memory" + (" with an XOR swizzle" if
-                                                                               name.endswith("swizzled") else ""), found)
+        problems.append("MISSING: no XOR in the swizzled kernel (no xor instruction in the PTX of the launched code)")
+    ok_msg = f"staged in shared memory ({found['STS']} STS, {found['LDS']} LDS)" + (
+        f" with an XOR swizzle ({found['xor']} xor)" if name.endswith("swizzled") else "")
+    return not problems, "; ".join(problems) or ok_msg, found
 
 
 def transpose_build(module, ctx: Context) -> Outcome:

@@ -11,7 +11,7 @@
 from __future__ import annotations
 
 
-from .. import grading, hardware, inputs
+from .. import compare, grading, hardware, inputs, timing
 from ..context import Context, Outcome
 
 LAB = "lab1_roofline"
@@ -117,11 +117,59 @@ QUESTIONS = {   # CPU questions declared as data: graded by grading.grade_questi
                                 compare="close"),
     "a_bytes": grading.Question(op_calls("bytes"), answers={"bytes": ref_bytes}, params={"bytes": ("op",)},
                                 compare="close"),
-    "a_predict": grading.Question(predict_calls, answers={"predict": ref_predict}, params={"predict": ("op", "gpu")},
-                                  compare="time_bound"),
 }
+PREDICT = grading.Question(predict_calls, answers={"predict": ref_predict}, params={"predict": ("op", "gpu")},
+                           compare="time_bound")
 ATTAINABLE = grading.Question(roofline_calls, answers={"attainable": ref_attainable},
                               params={"attainable": ("gpu", "ai")}, compare="close")
+
+
+# ---------------------------------------------------------------- part a: predict
+
+
+def _own_bound(module, op: dict, gpu: dict) -> tuple[float, str] | None:
+    """The roofline bound of ``op`` from the student's own op_flops and op_bytes, or None when
+    they do not both give a number."""
+    from ..sandbox import SandboxFailure
+    try:
+        flops, nbytes = float(module.op_flops(op)), float(module.op_bytes(op))
+    except (SandboxFailure, timing.KernelHang):
+        raise
+    except Exception:  # noqa: BLE001 - their own error is a_flops' or a_bytes' verdict, not this one's
+        return None
+    t_c, t_m = flops / (gpu["peak_tflops"] * 1e12), nbytes / (gpu["bandwidth_tbps"] * 1e12)
+    return (max(t_c, t_m), "compute" if t_c >= t_m else "memory")
+
+
+def grade_predict(module, ctx: Context) -> Outcome:
+    """a_predict grades what predict() adds: the roofline bound from FLOPs and bytes. An answer is
+    right when it is the bound of the reference FLOPs and bytes, or the bound of the student's own
+    op_flops(op) and op_bytes(op): a wrong op_flops or op_bytes costs a_flops or a_bytes, not
+    a_predict too. The calls are graded as the declared question first (which is also what the
+    student edition records); only when an answer is not the reference's are they graded again,
+    asking the student's op_flops and op_bytes for that case."""
+    first = grading.grade_question(PREDICT, module, ctx)
+    if first.fraction == 1.0:
+        return first
+    close = compare.answer_check("time_bound", compare.part_tolerance(ctx.part.params))
+    predict = grading.student(module, "predict")
+    n_public = grading.public_len(predict_calls, ctx)
+
+    def same_for(op, gpu):
+        def same(got, expected):
+            if close(got, expected):
+                return True
+            own = _own_bound(module, op, gpu)
+            if own is not None and close(got, own):
+                return True
+            also = f" (or {list(own)}, the bound of your own op_flops and op_bytes)" if own is not None else ""
+            return False, f"got {got!r}, expected {list(expected)}{also}"
+        return same
+
+    return grading.grade_calls([
+        grading.Call("predict", (lambda a=args: f"predict(op={a[0]!r}, gpu={a[1]!r})"), (lambda a=args: predict(*a)),
+                     ref_predict(*args), same_for(*args), i >= n_public)
+        for i, (_, args) in enumerate(predict_calls(ctx))])
 
 
 # ---------------------------------------------------------------- part c
@@ -168,5 +216,6 @@ def check_roofline_figure(axes: list[dict], gpu: dict, points: list[dict]) -> tu
 GRADERS = {
     # b_build: the default build runner (grading.build_part); b_correct and b_speed: problem
     # "scale_add" (grader/problems.py), graded by grader/runners.py
+    "a_predict": grade_predict,
     "c_roofline": grade_roofline,
 }

@@ -89,7 +89,7 @@ def fig_kloop(path):
             color = RED if early else GREEN
             ax.plot([x + 1.85], [y + 0.72], marker="v" if not early else "x", color=color, markersize=9)
             ax.text(x + 1.85, y + 0.35, f"wait(p={parity})", ha="center", fontsize=8, color=color)
-            ax.text(x + 1.85, y + 0.1, f"{i} phases done" if not early else "passes at once",
+            ax.text(x + 1.85, y + 0.1, f"{i} phase{'' if i == 1 else 's'} done" if not early else "passes at once",
                     ha="center", fontsize=7, color=color)
         ax.plot([-0.05, iters * w], [y + 0.5, y + 0.5], color=GREY, linewidth=0.6)
     ax.text(iters * w + 0.1, 2.35, "iteration i waits for completion i+1:\nparity i mod 2", fontsize=8, va="center")

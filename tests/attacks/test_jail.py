@@ -59,6 +59,22 @@ def test_the_child_reads_nothing_of_the_course_but_what_it_is_given(tmp_path):
 
 
 @pytest.mark.slow
+def test_the_working_folder_is_not_in_the_jail(tmp_path, monkeypatch):
+    """`cd classfolder && python -m grader check lab1_roofline --submission alice/...`: the working
+    folder is sys.path[0], and the allow-list took every folder of sys.path: the child printed a
+    classmate's solution. The allow-list now comes from the Python installation alone."""
+    classfolder = tmp_path / "class"
+    bob = classfolder / "bob" / "lab1_roofline.ipynb"
+    bob.parent.mkdir(parents=True)
+    bob.write_text(open(SOLUTION).read())
+    os.chmod(bob, 0o644)
+    monkeypatch.chdir(classfolder)
+    monkeypatch.syspath_prepend(str(classfolder))
+    r = _grade(_notebook(tmp_path, _raise_found([str(bob), str(classfolder / "bob")])))["a_flops"]
+    assert "readable: []" in r.message, r.message
+
+
+@pytest.mark.slow
 def test_files_planted_in_tmp_and_shm_never_reach_the_grader(tmp_path):
     """A fake `grader` package in /tmp (the harness once ran with /tmp as its working folder),
     files in /dev/shm and lock folders: the child's /tmp and /dev/shm are its own."""

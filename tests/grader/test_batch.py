@@ -205,6 +205,64 @@ def test_finalize_merges_pieces_and_resume_plans_only_what_is_missing_or_changed
     assert st["state"] == "incomplete" and st["pieces"]["cpu"]["state"] == "stale"
 
 
+def _batch_cli(*argv):
+    """`python -m grader batch ...` in this process; returns its exit status."""
+    import argparse
+
+    from grader.classroom import commands
+    ap = argparse.ArgumentParser()
+    commands.register(ap.add_subparsers(dest="command"))
+    args = ap.parse_args(["batch", *argv])
+    return args.func(args)
+
+
+def test_resume_keeps_the_seed_of_the_run_it_resumes(tmp_path, monkeypatch, capsys):
+    """The README's --resume after a secret run: without the secret (or with another) it stops
+    before grading anything and says why; with the same secret it resumes."""
+    monkeypatch.setenv("GRADER_CPU_ONLY", "1")
+    _copy(SOLUTION, str(tmp_path / "subs" / "ann.ipynb"))
+    out = tmp_path / "results"
+    opts = batch.Options(LAB, str(out), ["a_flops"])
+    sub = batch.Submission("ann", LAB, str(tmp_path / "subs" / "ann.ipynb"))
+    monkeypatch.setenv("GRADER_SECRET_SEED", "s3cret")
+    _fake_piece(opts, sub, batch.pieces(opts)[0])
+    before = batch.finalize(sub, opts)
+    assert before["state"] == "done" and before["fingerprint"]["seed"].startswith("secret (fingerprint ")
+    args = (LAB, str(tmp_path / "subs"), "--out", str(out), "--part", "a_flops", "--gpus", "", "--resume")
+    for secret in (None, "another"):
+        if secret is None:
+            monkeypatch.delenv("GRADER_SECRET_SEED")
+        else:
+            monkeypatch.setenv("GRADER_SECRET_SEED", secret)
+        capsys.readouterr()
+        assert _batch_cli(*args) == 2
+        err = capsys.readouterr().err
+        assert "--resume: the results in" in err and before["fingerprint"]["seed"] in err, err
+        assert ("GRADER_SECRET_SEED is not set" in err) == (secret is None), err
+        assert batch.read_json(str(out / LAB / "ann" / "status.json")) == before      # nothing regraded
+    monkeypatch.setenv("GRADER_SECRET_SEED", "s3cret")
+    assert _batch_cli(*args) == 0
+    captured = capsys.readouterr()
+    assert "1 already graded and unchanged (--resume), 0 to grade" in captured.out, captured.out
+    assert "PUBLIC seed" not in captured.err
+
+
+def test_batch_without_a_secret_seed_warns(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("GRADER_CPU_ONLY", "1")
+    monkeypatch.delenv("GRADER_SECRET_SEED", raising=False)
+    _copy(SOLUTION, str(tmp_path / "subs" / "ann.ipynb"))
+    out = tmp_path / "results"
+    opts = batch.Options(LAB, str(out), ["a_flops"])
+    sub = batch.Submission("ann", LAB, str(tmp_path / "subs" / "ann.ipynb"))
+    _fake_piece(opts, sub, batch.pieces(opts)[0])
+    assert batch.finalize(sub, opts)["fingerprint"]["seed"] == "public"
+    assert _batch_cli(LAB, str(tmp_path / "subs"), "--out", str(out), "--part", "a_flops", "--gpus", "",
+                      "--resume") == 0
+    err = capsys.readouterr().err
+    assert ("warning: grading with the PUBLIC seed: hidden cases are ones students can reproduce; "
+            "set GRADER_SECRET_SEED") in err, err
+
+
 # ------------------------------------------------------------------ real grading
 
 def _grader(*args, **kw):
@@ -339,3 +397,57 @@ def test_cpu_and_gpu_pieces_are_merged(tmp_path):
     assert st["pieces"]["cpu"]["cuda_visible_devices"] == ""
     gs = json.loads((d / "results.json").read_text())
     assert gs["score"] == 2 and len(gs["tests"]) == 2
+
+
+@pytest.mark.slow
+def test_a_syntax_error_is_the_students_not_a_grading_error(tmp_path):
+    """The README's definition: a grading error is grading that did not finish or a notebook that
+    could not be read. A syntax error in a student's cell is that student's error verdict (0
+    points for the parts it breaks), not a grading error."""
+    subs, out = tmp_path / "subs", tmp_path / "results"
+    _edited(SOLUTION, str(subs / "syn.ipynb"), CAUSAL, CAUSAL + ")")     # a syntax error in a_flops' cell
+    (subs / "bad.ipynb").write_text('{"cells": [ not json')
+    p = _grader("batch", LAB, str(subs), "--out", str(out), "--part", "a_flops")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "1 with grading errors: bad;" in p.stdout, p.stdout
+    syn = json.loads((out / LAB / "syn" / "report.json").read_text())["results"][0]
+    assert syn["verdict"] == "error" and "SyntaxError" in syn["message"], syn
+    summary = json.loads((out / LAB / "summary.json").read_text())
+    assert summary["grading_errors"] == ["bad"]
+    g = _grader("gradebook", str(out))
+    assert g.returncode == 0, g.stdout + g.stderr
+    html = (out / "gradebook" / "summary.html").read_text()
+    grading_errors, code_errors = html.split("Grading errors")[1].split("error of the submission&#x27;s code")
+    assert "bad" in grading_errors and "syn" not in grading_errors and "syn" in code_errors
+
+
+def test_machine_failures_are_counted_apart_and_graded_again(tmp_path):
+    """A part the grading machine failed to grade (the infrastructure verdict) is neither the
+    student's error nor a grading error: the student is counted apart, the report keeps what the
+    grader said, and --resume grades the submission again."""
+    from grader import report
+    opts = batch.Options(LAB, str(tmp_path / "out"), ["a_flops"])
+    _copy(SOLUTION, str(tmp_path / "subs" / "ann.ipynb"))
+    sub = batch.Submission("ann", LAB, str(tmp_path / "subs" / "ann.ipynb"))
+    piece = batch.pieces(opts)[0]
+    d = batch.student_dir(opts, sub.student)
+    os.makedirs(d)
+    part = spec.load(LAB).part("a_flops")
+    report.Report([report.PartResult(LAB, "a_flops", part.title, 0.0, part.points, report.INFRASTRUCTURE,
+                                     "the jail could not be set up")], {}, "public", sub.path).write_json(
+        os.path.join(d, "all.report.json"))
+    batch.write_json(os.path.join(d, "all.status.json"), {
+        "state": batch.INFRASTRUCTURE, "fingerprint": batch.fingerprint(sub, opts, piece.parts, piece.needs_gpu)})
+    st = batch.finalize(sub, opts)
+    assert st["state"] == batch.INFRASTRUCTURE and st["infrastructure"] == ["a_flops"]
+    assert batch.has_machine_failures(st) and not batch.has_grading_errors(st)
+    assert json.loads((tmp_path / "out" / LAB / "ann" / "report.json").read_text())["results"][0]["message"] == \
+        "the jail could not be set up"
+    assert [s.student for s, _ in batch.plan([sub], opts, resume=True)[0]] == ["ann"]
+    summary = batch.write_summary(opts.results_dir, LAB)
+    assert summary["machine_failures"] == ["ann"] and summary["grading_errors"] == []
+    import io
+    out = io.StringIO()
+    p = batch.Progress(LAB, 1, stream=out)
+    p.finished(st)
+    assert "the grading machine failed for a_flops" in out.getvalue() and "1 with machine failures" in p.line()

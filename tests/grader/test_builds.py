@@ -31,13 +31,9 @@ class FakeSession:
                 return {"error": "ValueError", "message": "bad shape", "todo": False}
             self.kernels[len(self.kernels) + 1] = msg["name"]
             return {"kernel": len(self.kernels)}
-        self.arch = msg["arch"]
-        return {"files": {"json": f"k{msg['kernel']}.json", "ptx": f"k{msg['kernel']}.ptx"}}
-
-    def read(self, name, max_bytes=0):
-        if name.endswith(".json"):
-            return json.dumps({"plan": {"version": 1}, "arch": self.arch, "cuda_source": name}).encode()
-        return b"// ptx of " + name.encode()
+        name = f"k{msg['kernel']}"
+        return {"device_code": {"json": json.dumps({"plan": {"version": 1}, "arch": msg["arch"], "cuda_source": name}),
+                                "ptx": "// ptx of " + name}}
 
 
 def backends(n, **kw):

@@ -44,3 +44,16 @@ def test_compile_writes_generated_code_for_both_archs(root, tmp_path):
     for arch in ("sm_90a", "sm_100a"):
         assert (tmp_path / f"build_scale_add.{arch}.cubin").stat().st_size > 0
         assert ".target " + arch in (tmp_path / f"build_scale_add.{arch}.ptx").read_text()
+
+
+def test_help_imports_neither_torch_nor_tvm(root):
+    """`python -m grader --help` (and a command's --help) answers at once: the modules that import
+    torch or TVM are imported by the commands that use them."""
+    script = ("import sys\nfrom grader import cli\nfor argv in (['--help'], ['check', '--help'], ['batch', '--help']):\n"
+              "    try:\n        cli.main(argv)\n    except SystemExit:\n        pass\n"
+              "print('HEAVY', sorted(m for m in ('torch', 'tvm') if m in sys.modules))")
+    env = dict(os.environ, PYTHONPATH=root)
+    p = subprocess.run([sys.executable, "-c", script], cwd=root, env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert "HEAVY []" in p.stdout, p.stdout[-500:]
+    assert "--seed SECRET" in p.stdout and "any string" in p.stdout

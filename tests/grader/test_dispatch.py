@@ -31,14 +31,15 @@ def test_own_function_then_declared_question_then_default_runner(monkeypatch):
 
 
 def test_a_declared_question_grades_right_and_wrong_answers():
+    from grader import report, verdict
     ctx = _ctx("a_ring")
     q = dispatch.lab_questions(LAB)["a_ring"]
     names = ctx.part.params["functions"]
     right = types.SimpleNamespace(**dict(zip(names, q.answers.values())))
-    assert dispatch.grade(LAB, "a_ring", right, ctx).fraction == 1.0
+    assert verdict.grade_part(right, ctx).verdict == report.PASSED
     wrong = types.SimpleNamespace(**{n: (lambda *a: -1) for n in names})
-    out = dispatch.grade(LAB, "a_ring", wrong, ctx)
-    assert out.fraction == 0.0 and "got -1" in out.message
+    out = verdict.grade_part(wrong, ctx)
+    assert out.verdict == report.FAILED and out.points == 0 and "got -1" in out.message
 
 
 def test_recording_hands_the_declared_calls_over_instead_of_grading():

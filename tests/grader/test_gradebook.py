@@ -100,9 +100,12 @@ def test_csv_gradescope_and_html(class_results, built):
     table = html.split("Parts most students failed")[1].split("</table>")[0]
     order = re.findall(r"<tr><td>(\w+)</td>", table)
     assert order[:2] == ["a_bytes", "a_predict"] and "4/6 (67%)" in table
-    errors = html.split("errored or timed out")[1]
-    assert "dee" in errors and "timed out" in errors and "eve" in errors and "not valid JSON" in errors
-    assert "fay" in errors and "grading did not finish" in errors
+    # Grading errors (did not finish, unreadable notebook) apart from the submissions' own errors.
+    grading_errors, code_errors = html.split("Grading errors")[1].split("error of the submission&#x27;s code")
+    assert "eve" in grading_errors and "not valid JSON" in grading_errors and "dee" not in grading_errors
+    assert "fay" in grading_errors and "grading did not finish" in grading_errors
+    assert "dee" in code_errors and "timed out" in code_errors and "eve" not in code_errors
+    assert rows["eve"]["graded"] == "no (the notebook could not be read)"
 
 
 def test_nbgrader_gradebook_scores(class_results, built):

@@ -84,12 +84,134 @@ def test_expect_tx_from_sass_alone_takes_only_unambiguous_forms(sass, ok):
 
 # ---------------------------------------------------------------- the ring's barriers, the descriptors' swizzle
 
-def test_ring_counts_mbarrier_inits_in_ptx_without_comments():
-    inits = "".join(f"\tmbarrier.init.shared.b64 [%r{i}], %r9;\n" for i in range(4))
-    assert inspect.check("mbarrier_ring", {"ptx": inits}).ok
-    r = inspect.check("mbarrier_ring_ws", {"ptx": inits})
-    assert not r.ok and "(4 in PTX, at least 6 needed)" in r.message, r.message
-    assert not inspect.check("mbarrier_ring", {"ptx": inits.replace("\tmbarrier.init", "// mbarrier.init", 1)}).ok
+def ring_ptx(loads: str, extra: str = "") -> str:
+    """A kernel with three mbarriers at pool+8, pool+16 (a ring's two "full" barriers) and
+    pool+24 (the MMA's), and TMA loads of two tensors completing on ``loads`` (a register per
+    tensor, or one for both)."""
+    a, b = (loads.split(",") + [loads])[:2]
+    return f"""
+.visible .entry k(.param .align 64 .b8 k_param_0[128], .param .align 64 .b8 k_param_1[128])
+{{
+\tmov.b64 %rd1, k_param_0;
+\tmov.b64 %rd2, k_param_1;
+\tmov.b32 %r1, pool;
+\tadd.s32 %r2, %r1, 8;
+\tmbarrier.init.shared.b64 [%r2], 1;
+\tadd.s32 %r3, %r1, 16;
+\tmbarrier.init.shared.b64 [%r3], 1;
+\tadd.s32 %r4, %r1, 24;
+\tmbarrier.init.shared.b64 [%r4], 1;
+\tmov.u32 %r9, %ctaid.x;
+\tand.b32 %r7, %r9, 1;
+\tshl.b32 %r8, %r7, 3;
+\tadd.s32 %r11, %r2, %r8;
+{extra}
+\tcp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%r20], [%rd1, {{%r5, %r6}}], [{a}];
+\tcp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%r21], [%rd2, {{%r5, %r6}}], [{b}];
+\tmbarrier.arrive.expect_tx.shared.b64 _, [{a}], 32768;
+}}
+"""
+
+
+@pytest.mark.parametrize("loads, stages", [
+    ("%r2", 1),              # single-buffered: every load on one barrier
+    ("%r2,%r3", 1),          # A on one barrier, B on another: still one buffer per tensor
+    ("%r3", 1),
+    ("%r11", 3),             # bar[stage] indexed at run time: the initialised barriers it can reach
+    ("pool+16", 1),
+])
+def test_ring_stages_are_the_barriers_one_tensors_loads_complete_on(loads, stages):
+    r = inspect.ring_stages(ring_ptx(loads))
+    assert (r.stages, r.barriers) == (stages, 3), r
+    assert inspect.check("mbarrier_ring", {"ptx": ring_ptx(loads)}).ok == (stages >= 2)
+
+
+def test_a_two_stage_ring_with_one_mma_barrier_passes_and_one_buffer_fails():
+    """The book's step 5: a full barrier per stage, one barrier for the MMA, no empty barrier."""
+    two = ring_ptx("%r2").replace(
+        "\tmbarrier.arrive.expect_tx.shared.b64 _, [%r2], 32768;",
+        "\tmbarrier.arrive.expect_tx.shared.b64 _, [%r2], 32768;\n"
+        "\tcp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%r22], [%rd1, {%r5, %r6}], [%r3];")
+    r = inspect.check("mbarrier_ring", {"ptx": two})
+    assert r.ok and r.count == 2 and "complete on 2 mbarrier(s) (pool+8, pool+16)" in r.message, r.message
+    r = inspect.check("mbarrier_ring", {"ptx": ring_ptx("%r2")})
+    assert not r.ok and "MISSING (1 stage(s)" in r.message and "at least 2 stages needed" in r.message, r.message
+    # warp-specialized: two stages, but 3 barriers where full/empty per stage and the accumulator's need 6
+    r = inspect.check("mbarrier_ring_ws", {"ptx": two})
+    assert not r.ok and "3 mbarriers initialised" in r.message and "at least 6 mbarriers needed" in r.message
+
+
+def test_ring_reads_instructions_not_comments():
+    fake = "\t// cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%r22], [%rd1, {%r5, %r6}], [%r3];\n"
+    assert inspect.ring_stages(ring_ptx("%r2", extra=fake)).stages == 1
+    inits = "".join(f"\tmbarrier.init.shared.b64 [%r{i}], %r9;\n" for i in range(8))
+    assert not inspect.check("mbarrier_ring", {"ptx": inits}).ok       # barriers alone are no ring
+
+
+# ---------------------------------------------------------------- the launched code only
+
+MODULE = """
+.extern .func (.param .b32 func_retval0) vprintf (.param .b64 a, .param .b64 b);
+.func (.param .b32 func_retval0) helper(.param .b32 helper_param_0)
+{
+\tmbarrier.init.shared.b64 [%r1], 1;
+\tret;
+}
+.func unused()
+{
+\tmbarrier.init.shared.b64 [%r2], 1;
+\tret;
+}
+.visible .entry launched(.param .u64 launched_param_0)
+{
+\t{ // callseq 0, 0
+\tcall.uni (retval0), helper, ( param0 );
+\t}
+$L__BB0_1:
+\t@%p1 bra $L__BB0_1;
+\tret; // mbarrier.init.shared.b64 [%r9], 1;
+}
+.visible .entry decoy(.param .u64 decoy_param_0)
+{
+\tcall.uni unused, ();
+\tmbarrier.init.shared.b64 [%r3], 1;
+}
+"""
+
+SASS_MODULE = """
+\tcode for sm_90a
+\t\tFunction : decoy
+\t.headerflags\t@"EF_CUDA_SM90"
+        /*0000*/                   LDG.E.128 R4, desc[UR4][R2.64] ;
+        /*0010*/                   EXIT ;
+\t\t..........
+\t\tFunction : launched
+\t.headerflags\t@"EF_CUDA_SM90"
+        /*0000*/                   LDG.E R4, desc[UR4][R2.64] ;
+        /*0010*/                   EXIT ;
+\t\t..........
+"""
+
+
+def test_only_the_launched_entries_and_what_they_call_are_read():
+    import types
+    art = types.SimpleNamespace(plan={"launches": [{"name": "launched"}]}, ptx=MODULE, sass=SASS_MODULE,
+                                cuda_source="")
+    assert inspect.launched_functions(art.plan, MODULE, SASS_MODULE) == ["launched", "helper"]
+    texts = inspect.launched_texts(art)
+    assert texts["ptx"].splitlines() == [".entry launched;", "call.uni (retval0), helper, ( param0 );",
+                                         "@%p1 bra $L__BB0_1;", "ret;",
+                                         ".func helper;", "mbarrier.init.shared.b64 [%r1], 1;", "ret;"]
+    assert "Function : launched" in texts["sass"] and "LDG.E.128" not in texts["sass"]
+    assert not inspect.check("vector_load_128", texts).ok
+    assert inspect.check("vector_load_128", {"sass": SASS_MODULE}).ok        # the decoy, were it read
+    # without a plan: every entry
+    assert sorted(inspect.launched_functions(None, MODULE)) == ["decoy", "helper", "launched", "unused"]
+
+
+def test_ptx_instructions_drop_comments_strings_labels_and_directives():
+    text = '.reg .b32 %r<4>;\nL1: add.s32 %r1, %r2, 3; // xor.b32 %r1\n{ .reg .pred p; mov.b32 %r3, 1; }\n.pragma "xor.b32";\n'
+    assert inspect.ptx_instructions(text) == ["add.s32 %r1, %r2, 3;", "mov.b32 %r3, 1;"]
 
 
 DESCRIPTOR_SOURCE = """

@@ -212,8 +212,7 @@ FAKE_H200 = hardware.Device(True, "NVIDIA H200", hardware.SPECS["H200"], "row H2
 
 
 def test_a_speed_part_below_full_credit_is_measured_again_like_the_grader(monkeypatch):
-    from grader import dispatch, run
-    from grader import grading
+    from grader import dispatch, grading, verdict
     ratios = iter([0.5, 0.8, 0.7, 0.9])
 
     def timed(module, ctx):
@@ -222,7 +221,7 @@ def test_a_speed_part_below_full_credit_is_measured_again_like_the_grader(monkey
     monkeypatch.setattr(dispatch, "grading_function", lambda lab, part: timed)
     with pytest.raises(notebook.CheckFailed) as info:
         notebook.check(LAB, "b_speed", {})
-    assert run.PERF_TRIALS == 3 and next(ratios) == 0.9                  # three trials, as the grader
+    assert verdict.PERF_TRIALS == 3 and next(ratios) == 0.9                  # three trials, as the grader
     res = info.value.result
     assert res.measurements["ratio"] == 0.8 and res.verdict == report.PARTIAL
     assert "(best of 3 trials: 0.500x, 0.800x, 0.700x)" in str(info.value)

@@ -43,11 +43,13 @@ def test_the_books_broken_steps_fail_with_the_right_message():
     assert "SYNCS.ARRIVE.TRANS64.RED with a register is ptxas's own" in r.message
     assert r.message.count("MISSING") == 1, r.message
 
-    # a ring of one stage: 4 barriers where two stages and the accumulator hand-over need 6
+    # a ring of one stage: its loads complete on one barrier, and 4 barriers where two stages and
+    # the accumulator hand-over need 6
     r = part(7, functools.partial(book_gemm.hgemm_v7, variant="one_stage"))
     assert r.verdict == report.FAILED, r.message
-    assert "an accumulator hand-over: at least 6 mbarriers initialised" in r.message
-    assert "MISSING (4 in PTX, at least 6 needed)" in r.message, r.message
+    assert "an accumulator hand-over (at least 6 mbarriers initialised" in r.message
+    assert "MISSING (1 stage(s)" in r.message, r.message
+    assert "4 mbarriers initialised in PTX, at least 2 stages needed, at least 6 mbarriers needed" in r.message
     assert r.message.count("MISSING") == 1, r.message
 
 

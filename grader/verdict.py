@@ -1,0 +1,194 @@
+"""Grade a part and give its verdict: the one rule that turns what a part's grading function
+returns or raises into a report.PartResult. The command line's grading (grader/run.py), the GPU
+harness (grader/harness.py), the notebook's check cells (grader/notebook.py) and the tests call
+:func:`grade_part`; nothing else turns an exception into a verdict.
+
+The rule, in order:
+
+- a timing.KernelHang is not a verdict: it goes on to the caller, whose process must be restarted
+  (the harness) or told to restart (the notebook);
+- the grading machine failing (the jail could not be set up, the GPU harness could not start, a
+  tool jail that failed before its tool ran) is the ``infrastructure`` verdict: never the
+  student's error, counted apart, and ``check`` exits non-zero (grader/cli.py);
+- a submission that stops at a ``todo(...)`` (NotImplementedError) is ``failed``: not implemented;
+- anything else that went wrong is ``error``, said in the student's terms.
+
+**Hidden cases leak nothing.** A hidden case's exception is said by its number and the type of
+the exception alone (grading.grade_calls raises :class:`context.CaseFailed`). When hidden cases
+are graded, text the submission produced (an exception's message, a traceback, what it printed)
+is shown only where the grader knows it came from a public case before any hidden one ran (a
+table of calls); where it does not know (a lab's own loop over cases, a kernel built for hidden
+shapes), the message gives the exception's type and points to the check cell, which shows it on
+the public cases. Public-only grading (check cells, ``check --public``) shows everything.
+"""
+from __future__ import annotations
+
+import builtins
+import re
+from typing import Callable
+
+from . import dispatch, report, sandbox, submission, timing
+from .context import CaseFailed, Context
+
+PERF_TRIALS = 3
+JAIL_SETUP_FAILED = 125          # grader/jail.py's exit status when it could not build the jail
+
+NOT_SHOWN = ("its message is not shown when hidden cases are graded, as text your code produces could "
+             "carry their inputs: the part's check cell (or `python -m grader check {lab} --public`) shows it "
+             "on the public cases")
+_MISSING = re.compile(r"the notebook defines no (\w+)\(\)")
+_GRADERS_MISSING = re.compile(r"the notebook defines no \w+\(\): keep the function names of the skeleton")
+_KNOWN_ERRORS = {"BuildFailed", "BuildError", "AssemblyFailed", "DiagnosticError", "TVMError", "InternalError",
+                 "StudentError", "HostCodeRefused", "CheckFailed"}
+
+
+def grade_part(module, ctx: Context, lower: Callable | None = None,
+               describe: Callable[[BaseException], str] | None = None) -> report.PartResult:
+    """Grade ``ctx.part`` on ``module`` (a jailed child's proxy, a notebook's namespace, a test's
+    stand-in) with the lab's grading function (grader/dispatch.py) and give its verdict.
+    ``lower``: how a kernel part's kernels are built (the notebook's own way); ``describe``: how
+    an exception is said when its text may be shown (default: its type and message)."""
+    try:
+        outcome = dispatch.grade(ctx.lab.lab, ctx.part.id, module, ctx, lower=lower)
+    except timing.KernelHang:
+        raise
+    except Exception as e:  # noqa: BLE001 - anything else is this part's verdict, never a crash
+        return exception_result(ctx, e, describe)
+    return ctx.to_result(outcome)
+
+
+def exception_result(ctx: Context, e: BaseException,
+                     describe: Callable[[BaseException], str] | None = None) -> report.PartResult:
+    """The verdict of a part whose grading raised ``e`` (see the module's docstring)."""
+    describe = describe or _plain
+    not_shown = NOT_SHOWN.format(lab=ctx.lab.lab)
+    problem = infrastructure_problem(e)
+    if problem is not None:
+        return infrastructure_result(ctx, problem)
+    if isinstance(e, CaseFailed):
+        if e.hidden or not e.clean:
+            return ctx.error_result(report.ERROR, f"{e.label} raised {exception_name(e.error)} "
+                                                  f"({'its message is not shown' if e.hidden else not_shown})")
+        e = e.error
+    elif may_carry_hidden_inputs(ctx) and not _grader_made(e):
+        kind = exception_name(e)
+        if not_implemented(e):
+            return ctx.error_result(report.FAILED, f"not implemented yet ({kind}; {not_shown})")
+        return ctx.error_result(report.ERROR, f"{kind} while this part's cases ran ({not_shown})")
+    if isinstance(e, sandbox.SandboxFailure):
+        return ctx.error_result(report.ERROR, _without_output(str(e)) if may_carry_hidden_inputs(ctx) else str(e))
+    if not_implemented(e):
+        return ctx.error_result(report.FAILED, "not implemented yet: " + todo_line(e))
+    return ctx.error_result(report.ERROR, describe(e))
+
+
+def infrastructure_result(ctx: Context, problem: str) -> report.PartResult:
+    return ctx.error_result(report.INFRASTRUCTURE, "not graded: the grading machine failed, not your submission "
+                                                   f"({problem.strip()[:2000]}); the part must be graded again")
+
+
+def infrastructure_problem(e: BaseException) -> str | None:
+    """What failed on the grading machine, when ``e`` is such a failure, else None: the sandbox's
+    JailSetupFailed (said on a pipe the child never holds: a submission cannot forge it); where the
+    sandbox does not have it, a child that ended with the jail's setup status before it was
+    ready; and a tool jail (ptxas, NVRTC) whose only output is the jail's own error."""
+    setup_failed = getattr(sandbox, "JailSetupFailed", None)
+    if setup_failed is not None and isinstance(e, setup_failed):
+        return str(e)
+    text = str(e)
+    jail_line = re.search(r"(?m)^jail: .*$", text)
+    if setup_failed is None and isinstance(e, sandbox.SandboxFailure) and jail_line and \
+            f"exited with code {JAIL_SETUP_FAILED} before it was ready" in text:
+        return jail_line.group(0)
+    tool = re.search(r"failed: (jail: [^\n]*)\s*$", text)
+    if type(e).__name__ in ("BuildError", "BuildFailed", "AssemblyFailed") and tool:
+        return tool.group(1)
+    return None
+
+
+def may_carry_hidden_inputs(ctx: Context) -> bool:
+    """Whether text the submission produced while this part was graded may carry a hidden case's
+    inputs: hidden cases are graded, and the part is not a build part (built at its spec's
+    arguments alone)."""
+    return not ctx.public_only and ctx.part.kind != "build"
+
+
+def _grader_made(e: BaseException) -> bool:
+    """Exceptions whose whole text the grader wrote: the sandbox's (the child's printed output is
+    cut off apart, :func:`_without_output`) and a function the notebook does not define."""
+    return isinstance(e, sandbox.SandboxFailure) or (isinstance(e, AttributeError)
+                                                     and bool(_GRADERS_MISSING.fullmatch(str(e))))
+
+
+def _without_output(text: str) -> str:
+    """A sandbox failure's message without what the child printed while it answered calls (it may
+    have printed a hidden case's inputs); what it printed while its cells ran, before any call, stays."""
+    if "before it was ready" in text or "running the notebook's cells" in text or "last output:" not in text:
+        return text
+    return text.split("last output:", 1)[0].rstrip("; \n") + " (what it printed is not shown when hidden cases are graded)"
+
+
+def exception_name(e: BaseException) -> str:
+    """The type of an exception, as a hidden case may say it: a Python built-in exception's name or
+    one of the grader's and the compiler's; any other name (a class the submission made, whose name
+    could be anything) is "an exception of its own class". A child's error keeps the type it named."""
+    name = getattr(e, "error_type", None) or type(e).__name__
+    if not isinstance(name, str):
+        return "an exception"
+    builtin = getattr(builtins, name, None)
+    if (isinstance(builtin, type) and issubclass(builtin, BaseException)) or name in _KNOWN_ERRORS:
+        return name
+    return "an exception of its own class"
+
+
+def not_implemented(e: BaseException) -> bool:
+    return isinstance(e, NotImplementedError) or "is not implemented yet" in str(e)
+
+
+def todo_line(e: BaseException) -> str:
+    """The line of a not-implemented error that says what to write."""
+    for line in str(e).splitlines():
+        if "not implemented" in line:
+            line = re.sub(r"^(error:\s*)", "", line.strip())
+            return line.split("not implemented yet: ", 1)[-1] if "not implemented yet: " in line else line
+    return str(e).splitlines()[0] if str(e) else type(e).__name__
+
+
+def _plain(e: BaseException) -> str:
+    from . import remote
+    if isinstance(e, remote.StudentError):
+        return str(e)
+    return f"{type(e).__name__}: {str(e)[:3000]}" if str(e) else type(e).__name__
+
+
+def explain(message: str, module: submission.Module, cell_errors: list[str]) -> str:
+    """A part's message with its cause first: a function the notebook does not define because
+    its cell was left out (a syntax error) or raised when run is said as that cell's problem,
+    once, in place of the missing name."""
+    m = _MISSING.search(message)
+    if not m:
+        return message
+    name = m.group(1)
+    cause = module.cause_of_missing(name)
+    if cause is None:
+        raised = [c.splitlines()[0] for c in cell_errors]
+        if raised:
+            cause = (f"{name}() is not defined; cells that raised when run (the first may be why): "
+                     + " | ".join(raised[:3]))
+    return cause or message
+
+
+def perf_trials(first: report.PartResult, again: Callable[[], report.PartResult], where: str = "") -> report.PartResult:
+    """Measure a performance part below full credit again (``again``: in fresh processes when
+    grading, in the notebook's process in a check cell), at most PERF_TRIALS trials; keep the best."""
+    trials = [first]
+    while (trials[-1].verdict in (report.PARTIAL, report.FAILED) and "ratio" in trials[-1].measurements
+           and len(trials) < PERF_TRIALS):
+        trials.append(again())
+    best = max(trials, key=lambda r: (r.points, r.measurements.get("ratio", 0)))
+    if len(trials) > 1:
+        best.measurements["trials"] = [{"points": r.points, "ratio": r.measurements.get("ratio"),
+                                        "verdict": r.verdict} for r in trials]
+        ratios = ", ".join(f"{r.measurements['ratio']:.3f}x" for r in trials if "ratio" in r.measurements)
+        best.message += f" (best of {len(trials)} trials{where}: {ratios})"
+    return best

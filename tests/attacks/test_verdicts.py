@@ -1,0 +1,261 @@
+"""The verdict of a part (grader/verdict.py): one owner that the command line's grading, the GPU
+harness and the notebook's check cells all call; hidden cases leak nothing through an exception,
+its type or what the submission printed; a cell with a syntax error is named as such by the check
+cell; the grading machine's failure is its own verdict and never exits 0."""
+import ast
+import json
+import os
+import types
+
+import pytest
+
+from grader import cli, dispatch, hardware, inputs, notebook, report, run, sandbox, spec, verdict
+from grader.context import Context, Outcome
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+LAB = "lab1_roofline"
+STUDENT = os.path.join(ROOT, "assignments", LAB, f"{LAB}.ipynb")
+SOLUTION = os.path.join(ROOT, "solutions", LAB, f"{LAB}.ipynb")
+SECRET_SEED = 987654321                   # not inputs.PUBLIC_SEED: hidden cases nobody saw
+NO_GPU = hardware.Device(False, "", None, "", reason="no GPU in this test")
+
+
+def _notebook(tmp_path, answers: dict[str, str]) -> str:
+    """The student notebook with the todo("<grade id>") line of each answer replaced by its body."""
+    with open(STUDENT) as f:
+        nb = json.load(f)
+    for grade_id, body in answers.items():
+        marker = f'todo("{grade_id}")'
+        cell = next(c for c in nb["cells"] if marker in "".join(c["source"]))
+        cell["source"] = "".join(cell["source"]).replace(marker, body.replace("\n", "\n    "))
+    d = tmp_path / "student"
+    d.mkdir(exist_ok=True)
+    (d / f"{LAB}.ipynb").write_text(json.dumps(nb))
+    return str(d / f"{LAB}.ipynb")
+
+
+def _ctx(part_id: str, public_only: bool = False, seed: int = SECRET_SEED) -> Context:
+    lab_spec = spec.load(LAB)
+    return Context(lab_spec, lab_spec.part(part_id), seed, NO_GPU, public_only=public_only)
+
+
+def _hidden_ops(part_id: str) -> list[dict]:
+    ctx = _ctx(part_id)
+    calls = dispatch.lab_questions(LAB)[part_id].cases(ctx)
+    n_public = len(dispatch.lab_questions(LAB)[part_id].cases(_ctx(part_id, public_only=True)))
+    return [args[0] for _, args in calls[n_public:]]
+
+
+# ---------------------------------------------------------------- hidden cases leak nothing
+
+RECORD_AND_RAISE = ("seen = globals().setdefault('_seen_{name}', [])\n"
+                    "seen.append(op)\n"
+                    "print('called with', op, flush=True)\n"
+                    "if len(seen) == {total}:\n"
+                    "    raise {error}(repr(seen))\n"
+                    "return 0")
+
+
+@pytest.mark.slow
+def test_a_function_that_records_its_inputs_and_raises_leaks_no_hidden_input(tmp_path):
+    hidden = {p: _hidden_ops(p) for p in ("a_flops", "a_bytes")}
+    total = {p: len(dispatch.lab_questions(LAB)[p].cases(_ctx(p))) for p in hidden}
+    nb = _notebook(tmp_path, {
+        "a_flops": RECORD_AND_RAISE.format(name="flops", total=total["a_flops"], error="ValueError"),
+        # its class's name is the leak: type(name, bases, {}) makes a class of any name
+        "a_bytes": RECORD_AND_RAISE.format(name="bytes", total=total["a_bytes"],
+                                           error="type(repr(seen), (Exception,), {})"),
+    })
+    notes: list[str] = []
+    res = {r.part: r for r in run.check_lab(LAB, nb, SECRET_SEED, NO_GPU, parts=["a_flops", "a_bytes"],
+                                            progress=lambda m: None, notes=notes)}
+    text = json.dumps([r.to_dict() for r in res.values()]) + json.dumps(notes)
+    for part, ops in hidden.items():
+        assert len(ops) == 24
+        for op in ops:                        # neither the recorded inputs nor any one of them
+            assert repr(op) not in text and json.dumps(op) not in text, (part, op)
+    assert res["a_flops"].verdict == report.ERROR and res["a_flops"].points == 0
+    assert res["a_flops"].message.startswith("hidden case #24 raised ValueError"), res["a_flops"].message
+    assert res["a_bytes"].message.startswith("hidden case #24 raised an exception of its own class"), \
+        res["a_bytes"].message
+    assert any("not shown when hidden cases are graded" in n for n in notes), notes
+
+
+def test_a_public_case_keeps_its_message_and_a_wrong_hidden_answer_shows_no_value():
+    def op_flops(op):
+        if op.get("seq") == 4096:                             # a public operation
+            raise ValueError("no attention yet")
+        return 0
+    out = verdict.grade_part(types.SimpleNamespace(op_flops=op_flops), _ctx("a_flops"))
+    assert out.verdict == report.ERROR and out.message == "ValueError: no attention yet", out.message
+
+    public = len(dispatch.lab_questions(LAB)["a_flops"].cases(_ctx("a_flops", public_only=True)))
+    answers = iter([None] * public + [-123456789] * 24)
+    ref = dispatch.lab_questions(LAB)["a_flops"].answers["flops"]
+    out = verdict.grade_part(types.SimpleNamespace(op_flops=lambda op: ref(op) if next(answers) is None
+                                                   else -123456789), _ctx("a_flops"))
+    assert out.points == 0 or out.verdict == report.PARTIAL
+    assert "hidden case #1 (its inputs and answer are not shown)" in out.message and "123456789" not in out.message
+
+
+def test_an_exception_after_a_hidden_case_or_in_a_labs_own_loop_shows_its_type_only():
+    class Leak(Exception):
+        pass
+    Leak.__name__ = "Leak_4096_128"
+    # a lab's own grading function, which does not say which case raised: the type, a pointer
+    # to the check cell, nothing the submission wrote
+    out = verdict.exception_result(_ctx("a_flops"), ValueError("secret inputs [4096, 128]"))
+    assert out.verdict == report.ERROR and "ValueError" in out.message and "4096" not in out.message
+    assert "check cell" in out.message
+    out = verdict.exception_result(_ctx("a_flops"), Leak("x"))
+    assert "Leak_4096" not in out.message and "an exception of its own class" in out.message
+    # public-only grading (a check cell, check --public) says everything
+    out = verdict.exception_result(_ctx("a_flops", public_only=True), ValueError("bad kind 'gemm'"))
+    assert out.message == "ValueError: bad kind 'gemm'"
+    # the printed output of a child that crashed while it answered is cut off
+    crash = sandbox.SandboxFailure("the process running your code exited with code 3 (closed); last output:\n"
+                                   "{'kind': 'gemm', 'm': 4096}")
+    out = verdict.exception_result(_ctx("a_flops"), crash)
+    assert "exited with code 3" in out.message and "4096" not in out.message
+
+
+# ---------------------------------------------------------------- syntax errors, named by the check cell
+
+@pytest.fixture
+def shell():
+    from IPython.core.interactiveshell import InteractiveShell
+    sh = InteractiveShell.instance()
+    sh.user_ns["__session__"] = SOLUTION          # the saved notebook Jupyter names
+    notebook._Cells.watch(sh)                     # what importing grader.notebook in a kernel does
+    yield sh
+    InteractiveShell.clear_instance()
+
+
+def _saved_cell(grade_id: str) -> tuple[str, str]:
+    """(the cell's id, its name as the grader's report gives it) of an answer cell of the saved notebook."""
+    from grader import submission
+    cells = json.load(open(SOLUTION))["cells"]
+    i, cell = next((i, c) for i, c in enumerate(cells)
+                   if c["metadata"].get("nbgrader", {}).get("grade_id") == grade_id)
+    return cell["id"], submission.Cell(i, grade_id, "").label
+
+
+A_BYTES_ID, A_BYTES = _saved_cell("a_bytes")     # e.g. "cell 8 (a_bytes)"
+
+
+def test_a_cell_with_a_syntax_error_is_named_by_the_check_cell(shell):
+    shell.run_cell("from grader.notebook import check", store_history=True)
+    shell.run_cell("def op_bytes(op):\n    return 0\n", store_history=True, cell_id=A_BYTES_ID)
+    shell.run_cell("def op_bytes(op:\n    return 0\n", store_history=True, cell_id=A_BYTES_ID)   # edited, broken
+    with pytest.raises(notebook.CheckFailed) as info:
+        notebook.check(LAB, "a_bytes", shell.user_ns)      # not graded on the stale definition
+    text = str(info.value)
+    assert A_BYTES.startswith("cell ") and f"{A_BYTES} has a syntax error (line 1)" in text, text
+    assert "got 0" not in text and "defines no" not in text
+
+
+def test_a_function_never_defined_for_a_syntax_error_is_not_called_missing(shell):
+    shell.run_cell("def op_bytes(op):\n    return op['n'] +\n", store_history=True, cell_id=A_BYTES_ID)
+    with pytest.raises(notebook.CheckFailed) as info:
+        notebook.check(LAB, "a_bytes", shell.user_ns)
+    text = str(info.value)
+    assert f"{A_BYTES} has a syntax error (line 2)" in text and "defines no op_bytes" not in text, text
+    shell.run_cell("def op_bytes(op):\n    return 0\n", store_history=True, cell_id=A_BYTES_ID)    # fixed
+    with pytest.raises(notebook.CheckFailed) as info:
+        notebook.check(LAB, "a_bytes", shell.user_ns)
+    assert "syntax error" not in str(info.value) and "got 0" in str(info.value)
+
+
+def test_the_check_cell_names_cells_and_shows_answers_as_the_grader_does(shell):
+    shell.run_cell("def predict(op, gpu):\n    return (1.0, 'memory')\n", store_history=True,
+                   cell_id=_saved_cell("a_predict")[0])
+    flops_id, flops_cell = _saved_cell("a_flops")
+    shell.run_cell("def op_flops(op):\n    return None + 1\n", store_history=True, cell_id=flops_id)
+    with pytest.raises(notebook.CheckFailed) as info:
+        notebook.check(LAB, "a_predict", shell.user_ns)
+    assert "got [1.0, 'memory']" in str(info.value), str(info.value)      # a list, as JSON brings it to the grader
+    with pytest.raises(notebook.CheckFailed) as info:
+        notebook.check(LAB, "a_flops", shell.user_ns)
+    assert f"In {flops_cell}, line 2, in op_flops" in str(info.value), str(info.value)   # as the grader says it
+
+
+# ---------------------------------------------------------------- the grading machine's failures
+
+def test_a_jail_that_cannot_be_set_up_is_not_the_students_error_and_check_exits_non_zero(monkeypatch, capsys):
+    real = sandbox.jail_config
+
+    def broken(scratch, argv, *args, **kwargs):     # the child's jail (not the probe's, not a tool's) asks
+        cfg = real(scratch, argv, *args, **kwargs)    # for a device node that is not there: jail.py cannot bind it
+        if "grader.child" in argv:
+            cfg["devices"] = list(cfg["devices"]) + ["no-such-device-of-this-test"]
+        return cfg
+    monkeypatch.setattr(sandbox, "jail_config", broken)
+    monkeypatch.setattr(sandbox, "protect_grader", lambda: None)
+    monkeypatch.setattr(inputs, "restart_without_secret", lambda argv: None)
+    monkeypatch.setattr("signal.signal", lambda *a: None)
+    monkeypatch.setenv("GRADER_CPU_ONLY", "1")
+    rc = cli.main(["check", LAB, "--part", "a_flops", "--submission", SOLUTION, "--workers", "1"])
+    out = capsys.readouterr().out
+    assert rc != 0 and rc == cli.EXIT_NOT_GRADED, out
+    assert "[INFR] lab1_roofline/a_flops" in out and "the grading machine failed, not your submission" in out, out
+    assert "NOT GRADED: 1 part(s) (a_flops)" in out
+
+
+def test_a_jail_setup_failure_by_exit_status_and_a_tool_jail_failure_are_infrastructure(monkeypatch):
+    monkeypatch.delattr(sandbox, "JailSetupFailed", raising=False)      # a sandbox without the subclass
+    e = sandbox.SandboxFailure("the process running your cells exited with code 125 before it was ready "
+                               "(closed); last output:\njail: mount /x on /root/x: No such file or directory\n")
+    out = verdict.exception_result(_ctx("a_flops"), e)
+    assert out.verdict == report.INFRASTRUCTURE and "jail: mount /x" in out.message
+    from grader import toolchain
+    out = verdict.exception_result(_ctx("a_flops"), toolchain.BuildError(
+        "NVRTC compilation for sm_90a failed: jail: unshare: Operation not permitted"))
+    assert out.verdict == report.INFRASTRUCTURE
+
+
+def test_a_gpu_harness_that_cannot_start_is_infrastructure(monkeypatch):
+    from grader import channel
+    h = run.Harness()
+
+    def fails():
+        raise channel.ChannelClosed("the harness ended before it was ready")
+    monkeypatch.setattr(h, "start", fails)
+    part = spec.load(LAB).part("b_correct")
+    res = h._grade({"lab": LAB, "part": "b_correct"}, types.SimpleNamespace(deadline=0.0), part)
+    assert res.verdict == report.INFRASTRUCTURE and "could not start" in res.message
+
+
+# ---------------------------------------------------------------- one owner
+
+def _imports(path: str) -> set[str]:
+    tree = ast.parse(open(path).read())
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            out |= {f"{node.module or ''}.{a.name}".lstrip(".") for a in node.names} | {node.module or ""}
+        elif isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+    return out
+
+
+def test_the_harness_and_the_notebook_do_not_import_the_orchestrator():
+    for name in ("harness.py", "notebook.py"):
+        found = _imports(os.path.join(ROOT, "grader", name))
+        assert not {"run", "grader.run"} & found, (name, found)
+
+
+def test_the_cli_the_harness_and_the_check_cell_grade_through_the_owner(monkeypatch, tmp_path):
+    seen = []
+
+    def owner(module, ctx, lower=None, describe=None):
+        seen.append(ctx.part.id)
+        return ctx.to_result(Outcome(1.0, "graded by the owner"))
+    monkeypatch.setattr(verdict, "grade_part", owner)
+    res = run.check_lab(LAB, SOLUTION, inputs.PUBLIC_SEED, NO_GPU, parts=["a_flops"], progress=lambda m: None)
+    assert res[0].message == "graded by the owner" and seen == ["a_flops"]
+    from grader import harness
+    res = harness.grade({"lab": LAB, "part": "a_bytes", "seed": 1, "public_only": True},
+                        types.SimpleNamespace(end=lambda: None), NO_GPU)
+    assert res.message == "graded by the owner" and seen[-1] == "a_bytes"
+    notebook.check(LAB, "a_predict", {})
+    assert notebook.last_result(LAB, "a_predict").message == "graded by the owner" and seen[-1] == "a_predict"
