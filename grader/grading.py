@@ -59,16 +59,20 @@ class Call:
     hidden: bool = False
 
 
-def grade_calls(calls: list[Call], noun: str = "cases", per_function: bool = False) -> Outcome:
+def grade_calls(calls: list[Call], noun: str = "cases", per_function: bool = False,
+                ctx: Context | None = None) -> Outcome:
     """The one grader of a table of calls: the share answered right; the first wrong public call
-    shown with its arguments, answer and expected answer (and a word when the answer is not even
-    of the expected kind), a wrong hidden call by its number only; with ``per_function``, the
-    count of each function too. A call that raises stops the table with context.CaseFailed (the
-    case, what it raised, and whether a hidden case had run before): grader/verdict.py shows a
-    hidden case's exception by its type alone. The sandbox's failures (a crash, a time limit)
-    and a kernel hang pass through as they are."""
+    shown with its arguments and the expected answer, a wrong hidden call by its number only;
+    with ``per_function``, the count of each function too. What the submission answered (and a
+    word when it is not even of the expected kind) is shown only when no hidden case is graded in
+    the run: ``ctx.public_only``, or, without ``ctx``, no call of the table is hidden (one child
+    answers every part, so an answer to a public case can carry the hidden inputs of another
+    part: grader/verdict.py). A call that raises stops the table with context.CaseFailed (the
+    case, what it raised): grader/verdict.py says it. The sandbox's failures (a crash, a time
+    limit) and a kernel hang pass through as they are."""
     from .sandbox import SandboxFailure
-    wrong, per_fn, hidden_seen = [], {}, 0
+    shows_answers = ctx.public_only if ctx is not None else not any(c.hidden for c in calls)
+    wrong, per_fn, hidden_seen, public_wrong = [], {}, 0, False
     for c in calls:
         label = hidden_case_name(hidden_seen) if c.hidden else None
         try:
@@ -93,12 +97,19 @@ def grade_calls(calls: list[Call], noun: str = "cases", per_function: bool = Fal
         if c.hidden:
             wrong.append(hidden_case(hidden_seen - 1))
             continue
+        public_wrong = True
+        if not shows_answers:
+            wrong.append(f"{c.label()}: wrong answer, expected {_shown(c.expected)}")
+            continue
         kind = _kind_mismatch(got, c.expected)
         wrong.append(f"{c.label()}: {detail}" if detail else
                      f"{c.label()}: got {_shown(got)}, expected {_shown(c.expected)}" + (f" ({kind})" if kind else ""))
     counts = (" (" + ", ".join(f"{k} {a}/{b}" for k, (a, b) in per_fn.items()) + ")"
               if per_function and len(per_fn) > 1 else "")
-    return cases_outcome(len(calls), wrong, noun, counts)
+    out = cases_outcome(len(calls), wrong, noun, counts)
+    if public_wrong and not shows_answers:
+        out.message += "; " + NOT_SHOWN.format(lab=ctx.lab.lab if ctx is not None else "LAB")
+    return out
 
 
 def _as_json(x):
@@ -118,6 +129,8 @@ def _shown(x, limit: int = 300) -> str:
 
 
 HIDDEN_CASE = "hidden case #"
+NOT_SHOWN = ("what your code returned, raised or printed is not shown when hidden cases are graded (details: "
+             "run the part's check cell or `python -m grader check {lab} --public`)")
 
 
 def hidden_case_name(k: int) -> str:
@@ -198,7 +211,7 @@ def grade_question(question: Question, module, ctx: Context) -> Outcome:
     labels = {kind: _call_label(names[kind], question.params[kind]) for kind in question.answers}
     return grade_calls([Call(names[kind], (lambda k=kind, a=args: labels[k](*a)), (lambda k=kind, a=args: fns[k](*a)),
                              question.answers[kind](*args), same[kind], hidden)
-                        for kind, args, hidden in cases], per_function=True)
+                        for kind, args, hidden in cases], per_function=True, ctx=ctx)
 
 
 def _kind(x) -> str:

@@ -207,8 +207,9 @@ def read_device_code(texts, arch: str) -> dict:
         for k in ("json", "ptx"):
             texts[k].encode("utf-8")                 # text, not bytes passed off as text
         meta = json.loads(texts["json"])
-    except ValueError as e:
-        raise SandboxFailure(f"your kernel's files are not what the grader asked for ({e})") from None
+    except ValueError:      # its text (a position in the file) is the submission's to choose: not said
+        raise SandboxFailure("your kernel's files are not what the grader asked for (the plan is not JSON, "
+                             "or a file is not text)") from None
     if not isinstance(meta, dict) or meta.get("arch") != arch or not isinstance(meta.get("cuda_source"), str):
         raise SandboxFailure("your kernel's files are for another arch or incomplete")
     return {"plan": meta.get("plan"), "ptx": texts["ptx"], "cuda_source": meta["cuda_source"], "arch": arch}

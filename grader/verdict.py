@@ -13,13 +13,23 @@ The rule, in order:
 - a submission that stops at a ``todo(...)`` (NotImplementedError) is ``failed``: not implemented;
 - anything else that went wrong is ``error``, said in the student's terms.
 
-**Hidden cases leak nothing.** A hidden case's exception is said by its number and the type of
-the exception alone (grading.grade_calls raises :class:`context.CaseFailed`). When hidden cases
-are graded, text the submission produced (an exception's message, a traceback, what it printed)
-is shown only where the grader knows it came from a public case before any hidden one ran (a
-table of calls); where it does not know (a lab's own loop over cases, a kernel built for hidden
-shapes), the message gives the exception's type and points to the check cell, which shows it on
-the public cases. Public-only grading (check cells, ``check --public``) shows everything.
+**What a report shows of the submission.** One child answers every part of a run (and the GPU
+harness asks that child for kernels), so a function can record the hidden inputs one part gives
+it and give them back in a later call of any part: a public case's answer, an exception, a
+builder's error, a print. Which text was made from what cannot be told, so the rule is by run,
+not by case. In a run that grades hidden cases (not ``public_only``), a report shows nothing the
+submission produced while it was called, for any case of any part: no returned value (a wrong
+public case shows its public inputs, the expected answer and "wrong answer"), no exception's
+text or traceback (the case and the exception's type: a built-in's name, one of the grader's, or
+"an exception of its own class"), no printed output (grader/run.py's notes give its length). What
+it shows of the submission is what grading is: which cases were right, the first exception's
+type, how its process ended; a few bits per part, never the inputs themselves. What stays is
+what the grader wrote (its messages; a sandbox failure without the child's output) and what the
+cells printed or raised as a child first ran them: a fresh child in a fresh jail, which has
+answered no call and so has seen no hidden input. Every such message points to the details: the
+part's check cell, or ``python -m grader check LAB --public``, grades the public cases alone and
+shows everything. A grading function that writes its own messages follows the same rule
+(grading.grade_calls does: ``ctx.public_only`` says whether answers may be shown).
 """
 from __future__ import annotations
 
@@ -27,17 +37,15 @@ import builtins
 import re
 from typing import Callable
 
-from . import dispatch, report, sandbox, submission, timing
+from . import dispatch, grading, report, sandbox, submission, timing
 from .context import CaseFailed, Context
 
 PERF_TRIALS = 3
 JAIL_SETUP_FAILED = 125          # grader/jail.py's exit status when it could not build the jail
 
-NOT_SHOWN = ("its message is not shown when hidden cases are graded, as text your code produces could "
-             "carry their inputs: the part's check cell (or `python -m grader check {lab} --public`) shows it "
-             "on the public cases")
 _MISSING = re.compile(r"the notebook defines no (\w+)\(\)")
 _GRADERS_MISSING = re.compile(r"the notebook defines no \w+\(\): keep the function names of the skeleton")
+_TOOL_JAIL_FAILED = re.compile(r"(?:NVRTC compilation|ptxas) for \w+ failed: (jail: [^\n]*)\s*")
 _KNOWN_ERRORS = {"BuildFailed", "BuildError", "AssemblyFailed", "DiagnosticError", "TVMError", "InternalError",
                  "StudentError", "HostCodeRefused", "CheckFailed"}
 
@@ -60,26 +68,34 @@ def grade_part(module, ctx: Context, lower: Callable | None = None,
 def exception_result(ctx: Context, e: BaseException,
                      describe: Callable[[BaseException], str] | None = None) -> report.PartResult:
     """The verdict of a part whose grading raised ``e`` (see the module's docstring)."""
-    describe = describe or _plain
-    not_shown = NOT_SHOWN.format(lab=ctx.lab.lab)
     problem = infrastructure_problem(e)
     if problem is not None:
         return infrastructure_result(ctx, problem)
+    if not shows_output(ctx):
+        return _said_by_type(ctx, e)
     if isinstance(e, CaseFailed):
-        if e.hidden or not e.clean:
-            return ctx.error_result(report.ERROR, f"{e.label} raised {exception_name(e.error)} "
-                                                  f"({'its message is not shown' if e.hidden else not_shown})")
         e = e.error
-    elif may_carry_hidden_inputs(ctx) and not _grader_made(e):
-        kind = exception_name(e)
-        if not_implemented(e):
-            return ctx.error_result(report.FAILED, f"not implemented yet ({kind}; {not_shown})")
-        return ctx.error_result(report.ERROR, f"{kind} while this part's cases ran ({not_shown})")
     if isinstance(e, sandbox.SandboxFailure):
-        return ctx.error_result(report.ERROR, _without_output(str(e)) if may_carry_hidden_inputs(ctx) else str(e))
+        return ctx.error_result(report.ERROR, str(e))
     if not_implemented(e):
         return ctx.error_result(report.FAILED, "not implemented yet: " + todo_line(e))
-    return ctx.error_result(report.ERROR, describe(e))
+    return ctx.error_result(report.ERROR, (describe or _plain)(e))
+
+
+def _said_by_type(ctx: Context, e: BaseException) -> report.PartResult:
+    """A run that grades hidden cases: the exception by its case and its type, nothing the
+    submission wrote; the grader's own words (a sandbox failure without the child's output, a
+    function the notebook does not define) as they are."""
+    if isinstance(e, sandbox.SandboxFailure):
+        return ctx.error_result(report.ERROR, _without_output(str(e)))
+    if _grader_made(e):
+        return ctx.error_result(report.ERROR, _plain(e))
+    error = e.error if isinstance(e, CaseFailed) else e
+    where = e.label if isinstance(e, CaseFailed) else "this part's grading"
+    said = f"{where} raised {exception_name(error)}; {grading.NOT_SHOWN.format(lab=ctx.lab.lab)}"
+    if not_implemented(error):
+        return ctx.error_result(report.FAILED, f"not implemented yet ({said})")
+    return ctx.error_result(report.ERROR, said)
 
 
 def infrastructure_result(ctx: Context, problem: str) -> report.PartResult:
@@ -91,7 +107,10 @@ def infrastructure_problem(e: BaseException) -> str | None:
     """What failed on the grading machine, when ``e`` is such a failure, else None: the sandbox's
     JailSetupFailed (said on a pipe the child never holds: a submission cannot forge it); where the
     sandbox does not have it, a child that ended with the jail's setup status before it was
-    ready; and a tool jail (ptxas, NVRTC) whose only output is the jail's own error."""
+    ready; and a tool jail (ptxas, NVRTC) of the grader's whose only output is the jail's own
+    error (the whole message in the grader's words: a compile error the child reports starts with
+    the builder's call, and whatever it ends with is the submission's, neither a verdict of the
+    machine nor text to show)."""
     setup_failed = getattr(sandbox, "JailSetupFailed", None)
     if setup_failed is not None and isinstance(e, setup_failed):
         return str(e)
@@ -100,17 +119,16 @@ def infrastructure_problem(e: BaseException) -> str | None:
     if setup_failed is None and isinstance(e, sandbox.SandboxFailure) and jail_line and \
             f"exited with code {JAIL_SETUP_FAILED} before it was ready" in text:
         return jail_line.group(0)
-    tool = re.search(r"failed: (jail: [^\n]*)\s*$", text)
-    if type(e).__name__ in ("BuildError", "BuildFailed", "AssemblyFailed") and tool:
+    tool = _TOOL_JAIL_FAILED.fullmatch(text)
+    if type(e).__name__ in ("BuildError", "AssemblyFailed") and tool:
         return tool.group(1)
     return None
 
 
-def may_carry_hidden_inputs(ctx: Context) -> bool:
-    """Whether text the submission produced while this part was graded may carry a hidden case's
-    inputs: hidden cases are graded, and the part is not a build part (built at its spec's
-    arguments alone)."""
-    return not ctx.public_only and ctx.part.kind != "build"
+def shows_output(ctx: Context) -> bool:
+    """Whether this part's report may show what the submission produced (its answers, its
+    exceptions' text, what it printed): only when no hidden case is graded in the run."""
+    return ctx.public_only
 
 
 def _grader_made(e: BaseException) -> bool:

@@ -169,7 +169,7 @@ def grade_predict(module, ctx: Context) -> Outcome:
     return grading.grade_calls([
         grading.Call("predict", (lambda a=args: f"predict(op={a[0]!r}, gpu={a[1]!r})"), (lambda a=args: predict(*a)),
                      ref_predict(*args), same_for(*args), i >= n_public)
-        for i, (_, args) in enumerate(predict_calls(ctx))])
+        for i, (_, args) in enumerate(predict_calls(ctx))], ctx=ctx)
 
 
 # ---------------------------------------------------------------- part c
