@@ -63,6 +63,9 @@ SPECS: dict[str, GPUSpec] = {
     "H200": GPUSpec("H200", "sm_90a", sm_count=132, fp16_tflops=989.0, fp32_tflops=67.0,
                     hbm_tbps=4.8, smem_per_block_kib=227, l2_mib=50,
                     hbm_margin=H200_HBM_MARGIN, fp16_margin=HOPPER_FP16_MARGIN),
+    # Before "H100": the NVL card's name also holds the word H100; its HBM3 is faster than the SXM's.
+    "H100 NVL": GPUSpec("H100 NVL", "sm_90a", sm_count=132, fp16_tflops=835.0, fp32_tflops=60.0,
+                        hbm_tbps=3.9, smem_per_block_kib=227, l2_mib=50, fp16_margin=HOPPER_FP16_MARGIN),
     "H100": GPUSpec("H100", "sm_90a", sm_count=132, fp16_tflops=989.0, fp32_tflops=67.0,
                     hbm_tbps=3.35, smem_per_block_kib=227, l2_mib=50, fp16_margin=HOPPER_FP16_MARGIN),
 }

@@ -20,12 +20,13 @@ import os
 import random
 from typing import Sequence
 
+from .keyfile import seed_key_path  # noqa: F401 - where the key lies (also the jail's concern)
+
 import torch
 
 PUBLIC_SEED = 20260101
 _SECRET_ENV = "GRADER_SECRET_SEED"
 _SEED_FD_ENV = "GRADER_SEED_FD"
-_KEY_ENV = "GRADER_SEED_KEY_FILE"
 _DERIVED = "derived:"          # a seed handed on already derived (one grading process to another)
 _secret: int | None = None
 _secret_read = False
@@ -60,11 +61,6 @@ def seed_of(raw: str | None) -> int:
     """The seed a run uses for the secret ``raw``: derived from it, or the public seed."""
     s = parse_secret(raw)
     return PUBLIC_SEED if s is None else s
-
-
-def seed_key_path() -> str:
-    return os.environ.get(_KEY_ENV) or os.path.join(os.path.expanduser("~"), ".config", "modern-gpu-kernels",
-                                                    "seed.key")
 
 
 def seed_key() -> bytes:

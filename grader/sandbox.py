@@ -147,11 +147,13 @@ def private_dir() -> str:
 
 
 def trusted_path() -> list[str]:
-    """Where trusted grader processes import from: the course, then the grader's own package
-    folders (absolute, existing; never the working folder)."""
-    out = [REPO_ROOT]
+    """Where trusted grader processes import from: the course, then the entries of ``sys.path``
+    that lie in the Python installation (:func:`python_dirs`): never the working folder, a
+    script's folder or a home folder, where a file planted beside a notebook could be imported."""
+    out, installed = [REPO_ROOT], python_dirs()
     for p in sys.path:
-        if p and os.path.isabs(p) and os.path.isdir(p) and p not in out and p != os.getcwd():
+        if (p and os.path.isabs(p) and os.path.isdir(p) and p not in out
+                and any(_is_inside(os.path.realpath(p), d) for d in installed)):
             out.append(p)
     return out
 
@@ -189,7 +191,28 @@ def python_dirs() -> list[str]:
     dirs = {d for d in roots if os.path.isdir(d)}
     dirs |= {p for p in path if os.path.exists(p) and any(_is_inside(p, r) for r in dirs)}
     home = os.path.realpath(os.path.expanduser("~"))
+    dirs |= set(_pythonpath_dirs(home))
     return sorted(d for d in dirs if d != "/" and not _is_inside(home, d))
+
+
+def _pythonpath_dirs(home: str) -> list[str]:
+    """The folders ``PYTHONPATH`` names where the grader started: packages an instructor installed
+    with ``pip install --target`` and the like. Never the working folder, the checkout, or a folder
+    that holds the home folder, the working folder or the checkout (each would bring in more than
+    packages)."""
+    cwd, repo = os.path.realpath(os.getcwd()), os.path.realpath(REPO_ROOT)
+    out = []
+    for p in _STARTED_PYTHONPATH.split(os.pathsep):
+        if not p or not os.path.isabs(p) or not os.path.isdir(p):
+            continue
+        p = os.path.realpath(p)
+        if any(_is_inside(x, p) for x in (home, cwd, repo)) or _is_inside(p, repo) or p == cwd:
+            continue
+        out.append(p)
+    return out
+
+
+_STARTED_PYTHONPATH = os.environ.get("PYTHONPATH", "")
 
 
 def allow_list(extra_ro: list[tuple[str, str]] = ()) -> dict:
@@ -220,7 +243,7 @@ def key_covers(binds: list[list[str]]) -> list[str]:
     """Where the course key's folder would show in the jail (an allowed folder holds it): the
     paths to cover. JailSetupFailed when the key's folder is itself an allowed folder (covering
     it would cover the installation): the key needs a folder of its own."""
-    from .inputs import seed_key_path
+    from .keyfile import seed_key_path
     key = seed_key_path()
     folders = {os.path.dirname(os.path.abspath(key)), os.path.dirname(os.path.realpath(key))}
     dsts = {dst for _, dst in binds}
@@ -302,7 +325,7 @@ def isolation_problem() -> str | None:
     lock, root = None, None
     repo, key = os.path.realpath(REPO_ROOT), None
     try:
-        from .inputs import seed_key_path
+        from .keyfile import seed_key_path
         key = seed_key_path()
         uid, lock = claim_uid() if os.geteuid() == 0 else (os.geteuid(), None)
         checks = [("test -w /sandbox && : > /sandbox/probe", "its scratch folder is not writable")]

@@ -27,9 +27,9 @@ The defence has four parts, and a kernel must get past all of them on the calls 
    outputs at positions it draws only then, from a generator seeded per run from the operating
    system (grader/runners.py), with the reference of that set under the problem's tolerance,
    and the same positions of the inputs with their originals. A call that skipped the work left
-   NaN everywhere and fails any sample; a call that did a fraction f of the work fails a sample
-   of S elements with probability 1 - (1 - f)^S (S = 2048: certain above f = 0.5%, and a kernel
-   that skips less than that gains less than the 0.5% spread the timing stops at). After the
+   NaN everywhere and fails any sample; a call that left a fraction f of its output wrong passes
+   a sample of S elements with probability (1 - f)^S (S = 2048: under 1e-4 for f = 0.5%, and a
+   kernel that skips less than that gains less than the 0.5% spread the timing stops at). After the
    loop the runner checks the last call of each set in full (every element, or the
    ``check_rows`` rows), inputs included. A check that fails stops the timing: the part scores 0
    and the verdict names the timed call (its number) and what it left (wrong values, or the
@@ -41,11 +41,10 @@ The defence has four parts, and a kernel must get past all of them on the calls 
 
 The median is what is graded, so a kernel must be fast on more than half of its timed calls to
 move it; every one of them is checked. The checks cost little and are not timed: per timed call,
-one gather of S elements of each output and input on the GPU and their copy to the host (measured
-with the fake clock of tests/attacks/test_timing_attacks.py on two shared CPU cores: 0.4 to 1.5 ms
-a call, whatever the size of the output; at most ``max_reps`` = 200 calls per function), and,
-per shape, one full check before timing and one per argument set after it (three with two sets,
-where there were two).
+one gather of S elements of each output and input on the GPU and their copy to the host, and the
+poison (on an H200, Lab 1's shape of 2^28 elements: 0.41 ms for the check, 0.17 ms for the
+poison; at most ``max_reps`` = 200 calls per function), and, per shape, one full check before
+timing and one per argument set after it (three with two sets, where there were two).
 """
 from __future__ import annotations
 

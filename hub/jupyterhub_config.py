@@ -85,7 +85,8 @@ class CourseSlurmSpawner(batchspawner.SlurmSpawner):
 
     def get_env(self):
         env = super().get_env()
-        env["PATH"] = os.pathsep.join([ENV_BIN, "/usr/local/bin", "/usr/bin", "/bin"])
+        # The course environment first, then the hub's own PATH (sbatch, squeue, the submit prefix).
+        env["PATH"] = os.pathsep.join([ENV_BIN, os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin")])
         env["VIRTUAL_ENV"] = COURSE["environment"]
         # Read by the config files of hub/user-config/<role>/ (nbgrader's exchange, the course id).
         env["JUPYTER_CONFIG_PATH"] = os.path.join(USER_CONFIG, self.role())

@@ -116,18 +116,19 @@ def grade_notebook(lab, notebook, workdir, device):
 def grade_with_builders(lab, part_id, builders, **params):
     """Grade one part in this process with ``builders`` ({name: function}) as the submission's
     module, the spec's params overridden by ``params``: for kernels that are not in a notebook
-    (tests/published_kernels/). Returns the PartResult."""
+    (tests/published_kernels/). Returns the PartResult, with the verdict a student meets
+    (grader/verdict.py)."""
     import dataclasses
     import types
 
-    from grader import dispatch, spec
+    from grader import spec, verdict
     from grader.context import Context
     lab_spec = spec.load(lab)
     part = lab_spec.part(part_id)
     if params:
         part = dataclasses.replace(part, params={**part.params, **params})
     ctx = Context(lab_spec, part, inputs.PUBLIC_SEED, hardware.detect())
-    return ctx.to_result(dispatch.grade(lab, part_id, types.SimpleNamespace(**builders), ctx))
+    return verdict.grade_part(types.SimpleNamespace(**builders), ctx)
 
 
 

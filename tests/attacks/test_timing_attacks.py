@@ -257,6 +257,28 @@ def test_sampled_rows_of_attention_outputs_are_checked_after_every_timed_call(fa
     assert out.measurements["shapes"][0]["kernel"]["checked_calls"] >= 10 and "ratio" in out.measurements, out.message
 
 
+def test_a_lazy_extra_kernel_loses_its_recorded_rate_not_the_part(fake_gpu):
+    """The student's other kernels (extra_builders) are timed in the same rotation and checked
+    the same way; they are not graded, so a wrong one is recorded as such and its rate dropped."""
+    def builder(lazy):
+        def build(m, n):
+            calls = [0]
+
+            def kernel(a, b):
+                fake_gpu.launches.append(b.data_ptr())
+                calls[0] += 1
+                if not lazy or calls[0] <= 2:
+                    b.copy_(a.t())
+            return kernel
+        return build
+    out = _grade_part("lab3_layout_swizzle", "d_speed", {"shapes": [[64, 128]]},
+                      {"build_transpose_swizzled": builder(False), "build_transpose_plain": builder(True)})
+    assert out.fraction == 1.0, out.message
+    skipped = out.measurements["shapes"][0]["extras_skipped"]["build_transpose_plain"]
+    assert skipped.startswith("rate not recorded: wrong result in timed call #1"), skipped
+    assert "build_transpose_plain" not in out.message and "torch" in out.message, out.message
+
+
 # ---------------------------------------------------------------- a rate the GPU cannot reach
 
 def test_a_rate_above_the_hbm_peak_is_rejected(fake_gpu):

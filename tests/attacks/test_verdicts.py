@@ -1,7 +1,8 @@
 """The verdict of a part (grader/verdict.py): one owner that the command line's grading, the GPU
-harness and the notebook's check cells all call; hidden cases leak nothing through an exception,
-its type or what the submission printed; a cell with a syntax error is named as such by the check
-cell; the grading machine's failure is its own verdict and never exits 0."""
+harness and the notebook's check cells all call; hidden inputs leak nothing through an answer, an
+exception, its type or what the submission printed, in their part or in another part's public
+cases; a cell with a syntax error is named as such by the check cell; the grading machine's
+failure is its own verdict and never exits 0."""
 import ast
 import json
 import os
@@ -81,13 +82,89 @@ def test_a_function_that_records_its_inputs_and_raises_leaks_no_hidden_input(tmp
     assert any("not shown when hidden cases are graded" in n for n in notes), notes
 
 
-def test_a_public_case_keeps_its_message_and_a_wrong_hidden_answer_shows_no_value():
+# One child answers every part: op_flops records the hidden inputs of a_flops (graded first), and
+# the public cases of a_bytes and a_predict give them back as an answer, an exception, a print.
+RECORD = ("globals().setdefault('_seen', []).append(op)\n"
+          "return 0")
+LEAK_BY_ANSWER = ("leaked = _seen[{public}:]\n"
+                  "print('recorded', leaked, flush=True)\n"
+                  "if not leaked:\n"
+                  "    raise RuntimeError('a_flops was not graded first')\n"
+                  "return leaked[0]")
+LEAK_BY_EXCEPTION = ("leaked = _seen[{public}:]\n"
+                     "print('recorded', leaked, flush=True)\n"
+                     "if not leaked:\n"
+                     "    raise RuntimeError('a_flops was not graded first')\n"
+                     "raise ValueError(repr(leaked))")
+
+
+@pytest.mark.slow
+def test_hidden_inputs_recorded_in_one_part_are_not_shown_by_another_parts_public_cases(tmp_path):
+    public = len(dispatch.lab_questions(LAB)["a_flops"].cases(_ctx("a_flops", public_only=True)))
+    hidden = _hidden_ops("a_flops")
+    nb = _notebook(tmp_path, {"a_flops": RECORD, "a_bytes": LEAK_BY_ANSWER.format(public=public),
+                              "a_predict": LEAK_BY_EXCEPTION.format(public=public)})
+    notes: list[str] = []
+    results = run.check_lab(LAB, nb, SECRET_SEED, NO_GPU, parts=["a_flops", "a_bytes", "a_predict"],
+                            progress=lambda m: None, notes=notes, workers=1)
+    res = {r.part: r for r in results}
+    # the leaks happened (a_flops was graded first): a_bytes answered its first public case with
+    # what it recorded, a_predict raised on its first one
+    assert res["a_bytes"].message.startswith("0/30 cases right; first wrong: op_bytes(op={'kind': 'elementwise'"), \
+        res["a_bytes"].message
+    assert res["a_predict"].verdict == report.ERROR and "ValueError" in res["a_predict"].message, \
+        res["a_predict"].message
+    # ... and nothing of them is shown: not in a message, the notes, the console table or the JSON report
+    rep = report.Report(results, run.device_facts(NO_GPU), inputs.seed_label(SECRET_SEED), nb, notes=notes)
+    text = json.dumps(rep.to_dict()) + report.format_table(results) + "\n".join(notes)
+    assert len(hidden) == 24
+    for op in hidden:
+        assert repr(op) not in text and json.dumps(op) not in text, op
+    assert "wrong answer, expected" in res["a_bytes"].message, res["a_bytes"].message
+    assert res["a_predict"].message.startswith("predict(op={'kind': 'elementwise'"), res["a_predict"].message
+    assert "raised ValueError" in res["a_predict"].message, res["a_predict"].message
+    for part in ("a_bytes", "a_predict"):
+        assert f"`python -m grader check {LAB} --public`" in res[part].message, res[part].message
+    assert any("not shown when hidden cases are graded" in n for n in notes), notes
+
+
+def test_public_only_grading_shows_the_answer_and_the_exception():
+    """A check cell or `check --public` grades no hidden case: it shows everything."""
+    def op_bytes(op):
+        return "a string"
+    out = verdict.grade_part(types.SimpleNamespace(op_bytes=op_bytes), _ctx("a_bytes", public_only=True))
+    assert "got 'a string'" in out.message and "returned a string where a number is expected" in out.message
+    out = verdict.grade_part(types.SimpleNamespace(op_bytes=op_bytes), _ctx("a_bytes"))
+    assert "a string" not in out.message and "wrong answer, expected" in out.message, out.message
+
+    def predict(op, gpu):
+        raise ValueError("no roofline yet")
+    out = verdict.grade_part(types.SimpleNamespace(predict=predict), _ctx("a_predict", public_only=True))
+    assert out.message == "ValueError: no roofline yet", out.message
+    out = verdict.grade_part(types.SimpleNamespace(predict=predict), _ctx("a_predict"))
+    assert "no roofline yet" not in out.message and "raised ValueError" in out.message, out.message
+
+
+def test_a_compile_error_the_child_reports_cannot_say_the_machine_failed():
+    """The tool jail's failure is the grader's own message, whole: a builder's error reported by
+    the child (its text is the submission's) that ends like it is the submission's error."""
+    from grader import toolchain
+    forged = toolchain.BuildError("build_scale_add(256,) for sm_90a: RuntimeError: NVRTC compilation for sm_90a "
+                                  "failed: jail: {'kind': 'gemm', 'm': 4096}")
+    out = verdict.exception_result(_ctx("b_build"), forged)
+    assert out.verdict == report.ERROR and "4096" not in out.message, out.message
+
+
+def test_a_public_cases_message_is_shown_in_public_grading_only_and_a_wrong_hidden_answer_shows_no_value():
     def op_flops(op):
         if op.get("seq") == 4096:                             # a public operation
             raise ValueError("no attention yet")
         return 0
-    out = verdict.grade_part(types.SimpleNamespace(op_flops=op_flops), _ctx("a_flops"))
+    out = verdict.grade_part(types.SimpleNamespace(op_flops=op_flops), _ctx("a_flops", public_only=True))
     assert out.verdict == report.ERROR and out.message == "ValueError: no attention yet", out.message
+    out = verdict.grade_part(types.SimpleNamespace(op_flops=op_flops), _ctx("a_flops"))      # hidden cases too
+    assert out.verdict == report.ERROR and "op_flops(op={" in out.message and "raised ValueError" in out.message
+    assert "no attention yet" not in out.message, out.message
 
     public = len(dispatch.lab_questions(LAB)["a_flops"].cases(_ctx("a_flops", public_only=True)))
     answers = iter([None] * public + [-123456789] * 24)

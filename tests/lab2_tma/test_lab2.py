@@ -9,7 +9,7 @@ import pytest
 
 from conftest import import_notebook
 
-from grader import build, dispatch, hardware, inputs, inspect, report, run, spec
+from grader import build, hardware, inputs, inspect, report, run, spec, verdict
 from grader.context import Context
 from grader.labs import build_checks, lab2_tma
 
@@ -64,7 +64,7 @@ def _grade_here(nb, part_id, device, tmp_path, **params):
     if params:
         part = dataclasses.replace(part, params={**part.params, **params})
     ctx = Context(spec.load(LAB), part, inputs.PUBLIC_SEED, device)
-    return ctx.to_result(dispatch.grade(LAB, part_id, _module(nb, tmp_path), ctx))
+    return verdict.grade_part(_module(nb, tmp_path), ctx)
 
 
 @pytest.mark.slow

@@ -10,7 +10,7 @@ import pytest
 
 from conftest import import_notebook
 
-from grader import dispatch, hardware, inputs, report, run, spec
+from grader import hardware, inputs, report, run, spec, verdict
 from grader.context import Context
 from grader.labs import lab3_layout_swizzle as lab
 
@@ -76,19 +76,19 @@ def test_transpose_layout_check_needs_more_than_the_plain_swizzle():
 # ---------------------------------------------------------------- wrong submissions
 
 def grade_here(nb_path, part, tmp_path, seed=12345):
-    """Grade one part in this process (the worker's steps, without the subprocess)."""
+    """Grade one part in this process (the worker's steps, without the subprocess): its PartResult."""
     name = f"lab3_sub_{part}_{abs(hash(str(nb_path))) % 10**8}"
     module = import_notebook(nb_path, tmp_path / name, name)
     lab_spec = spec.load(LAB)
     ctx = Context(lab_spec, lab_spec.part(part), seed, hardware.detect())
-    return dispatch.grade(LAB, part, module, ctx)
+    return verdict.grade_part(module, ctx)
 
 
 def test_off_by_one_swizzle_loses_credit(root, edit, tmp_path):
     nb = edit(os.path.join(root, *SOLUTION), {
         "chunk = chunk ^ (line % (swizzle_bytes // 16))": "chunk = chunk ^ ((line + 1) % (swizzle_bytes // 16))"})
     out = grade_here(nb, "a_index", tmp_path)
-    assert 0 < out.fraction < 1 and "first wrong: offset_swizzled" in out.message
+    assert 0 < out.points < out.max_points and "first wrong: offset_swizzled" in out.message
     right, total = map(int, re.search(r"offset_mma (\d+)/(\d+)", out.message).groups())
     assert right < total     # offset_mma builds on offset_swizzled
 
@@ -98,19 +98,19 @@ def test_counter_that_ignores_the_access_width_is_caught(root, edit, tmp_path):
         "threads_per_phase = 32 if width <= 4 else 128 // width": "threads_per_phase = 32",
         "for word in range(a // 4, (a + width - 1) // 4 + 1):": "for word in (a // 4,):"})
     out = grade_here(nb, "b_counter", tmp_path)
-    assert out.fraction < 0.9 and "first wrong" in out.message
+    assert out.points < 0.9 * out.max_points and "first wrong" in out.message
 
 
 def test_transpose_layout_without_the_row_interleave_is_caught(root, edit, tmp_path):
     nb = edit(os.path.join(root, *SOLUTION), {"row = (r % 8) * 8 + r // 8": "row = r"})
     out = grade_here(nb, "b_patterns", tmp_path)
-    assert out.fraction == pytest.approx(0.5) and "gather reads take up to 8 wavefronts" in out.message
+    assert out.points == pytest.approx(0.5 * out.max_points) and "gather reads take up to 8 wavefronts" in out.message
 
 
 def test_wrong_atom_table_is_caught(root, edit, tmp_path):
     nb = edit(os.path.join(root, *SOLUTION), {"line = (i * swizzle_bytes) // 128": "line = i"})
     out = grade_here(nb, "c_atom", tmp_path)
-    assert out.fraction < 1 and "swizzle_chunks(swizzle_bytes=32)" in out.message
+    assert out.points < out.max_points and "swizzle_chunks(swizzle_bytes=32)" in out.message
 
 
 @pytest.mark.slow
@@ -119,7 +119,7 @@ def test_swizzled_kernel_without_xor_loses_the_build_part(root, edit, tmp_path):
         "tile.vstore([transpose_smem_offset(r, q * CHUNK)],": "tile.vstore([plain_smem_offset(r, q * CHUNK)],",
         "vec[k] = tile[transpose_smem_offset(p * CHUNK + k, j)]": "vec[k] = tile[plain_smem_offset(p * CHUNK + k, j)]"})
     out = grade_here(nb, "d_build", tmp_path)
-    assert out.fraction == pytest.approx(0.5) and "no XOR" in out.message
+    assert out.points == pytest.approx(0.5 * out.max_points) and "no XOR" in out.message
 
 
 @pytest.mark.gpu

@@ -15,7 +15,7 @@ import types
 import pytest
 from conftest import grade_in_process, import_notebook
 
-from grader import dispatch, hardware, inputs, problems, report, runners, spec
+from grader import hardware, inputs, problems, report, runners, spec, verdict
 from grader.context import Context
 from grader.labs import lab5_gemm_pipeline as L
 
@@ -176,7 +176,7 @@ def reference(root, tmp_path_factory):
 
 def _grade(module, part_id, device, seed=inputs.PUBLIC_SEED):
     ctx = Context(LAB_SPEC, LAB_SPEC.part(part_id), seed, device, public_only=False)
-    return ctx.to_result(dispatch.grade(LAB, part_id, module, ctx))
+    return verdict.grade_part(module, ctx)
 
 
 @pytest.mark.parametrize("seed", [inputs.PUBLIC_SEED, 1, 2, 3])
@@ -314,7 +314,7 @@ WRONG = [
 def test_wrong_answers_lose_points(reference, device, part, name, wrong):
     module = types.SimpleNamespace(**{**vars(reference), name: wrong})
     public = Context(LAB_SPEC, LAB_SPEC.part(part), inputs.PUBLIC_SEED, device, public_only=True)
-    r = public.to_result(dispatch.grade(LAB, part, module, public))
+    r = verdict.grade_part(module, public)
     assert r.verdict != report.PASSED and r.points < r.max_points, r.message   # the public cases catch it
     assert f"{name}(" in r.message, r.message
     r = _grade(module, part, device)

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from conftest import grade_in_process, import_notebook
 
-from grader import dispatch, inputs, problems, report, spec
+from grader import inputs, problems, report, spec, verdict
 from grader.edition import release
 from grader.context import Context
 from grader.labs import lab6_flash_attention as L
@@ -246,7 +246,7 @@ def reference(root, tmp_path_factory):
 
 def _grade(module, part_id, seed=inputs.PUBLIC_SEED, public_only=False):
     ctx = _ctx(part_id, seed, public_only)
-    return ctx.to_result(dispatch.grade(LAB, part_id, module, ctx))
+    return verdict.grade_part(module, ctx)
 
 
 @pytest.mark.parametrize("seed", [1])
