@@ -24,9 +24,9 @@ Three checks read more than one listing (``Mechanism.check``):
   produces count (see ``SYNCS_ARRIVE``).
 - ``mma_smem_swizzled``: the swizzle mode of every tensor-core shared-memory descriptor, read from
   the descriptor-encoding calls of the CUDA source (their last argument is the mode).
-- ``mbarrier_ring*``: the stages of the kernel's ring: the number of distinct mbarriers that the
-  TMA loads of one tensor complete on (the barrier operand of ``cp.async.bulk.tensor ...
-  mbarrier::complete_tx``), the addresses resolved in the PTX (``ring_stages``); the
+- ``mbarrier_ring*``: the stages of the kernel's ring: the number of distinct mbarriers that
+  TMA loads complete on (the barrier operand of ``cp.async.bulk.tensor ...
+  mbarrier::complete_tx``), the addresses followed through the PTX (``ring_stages``); the
   warp-specialized ring also needs its full, empty and accumulator barriers initialised.
 - ``mma_smem_swizzled`` reads the CUDA source as a whole (static, like the others).
 
@@ -236,9 +236,6 @@ def launched_functions(plan: dict | None, ptx: str, sass: str = "") -> list[str]
     return seen
 
 
-_LISTING_HEADER = re.compile(r"^\.(?:entry|func) [\w$]+;$", re.M)
-
-
 def launched_texts(art) -> dict[str, str]:
     """The listings the mechanism checks read for a compiled kernel ``art`` (build.Artifacts):
     ``sass``, the cuobjdump sections of the launched functions (``launched_functions``);
@@ -292,8 +289,8 @@ def _join(a, b):
     return (a[0], a[1] % s if s else a[1], s)
 
 
-def _values(instrs: list[str]) -> dict:
-    """Register -> value (see above) over the instructions of one function, flow-insensitive:
+def _values(instrs: list[str]) -> Callable:
+    """The value (see above) of an operand of one function's instructions, flow-insensitive:
     every definition of a register joins into its value, iterated to a fixed point."""
     parsed = []
     for ins in instrs:
@@ -372,8 +369,8 @@ def _values(instrs: list[str]) -> dict:
         if not changed:
             break
     else:
-        env = {k: None for k in env}
-    return {k: v for k, v in env.items()} | {"__eval__": ev}
+        env.update((r, None) for r in regs)      # no fixed point: every register unknown
+    return ev
 
 
 def _address(tok: str, ev):
@@ -389,9 +386,9 @@ def _address(tok: str, ev):
 
 @dataclasses.dataclass
 class Ring:
-    stages: int            # the most distinct barriers the loads of one tensor complete on
+    stages: int            # distinct mbarriers the TMA loads complete on
     barriers: int          # distinct mbarriers initialised
-    loads: dict            # tensor -> sorted barrier names
+    names: list            # the stages' barriers, as shared variable + byte offset
     unresolved: int        # barrier operands whose address could not be followed
 
 
@@ -401,75 +398,65 @@ def _name(addr) -> str:
     return text + (f"+{s}k" if s else "")
 
 
+_LISTING_HEADER = re.compile(r"^\.(?:entry|func) [\w$]+;$", re.M)
+
+
 def ring_stages(ptx: str) -> Ring:
-    """The ring of the PTX functions in ``ptx`` (a ``launched_texts`` listing, or a module): for
-    each tensor its TMA loads read (the tensor map operand of ``cp.async.bulk.tensor ...
-    mbarrier::complete_tx``; bulk copies without a map form one group), the distinct mbarriers
-    they complete on; ``stages`` is the largest count. A barrier address is followed through the
-    PTX's integer arithmetic to a shared variable plus an offset; one indexed at run time
-    (``bar[stage]``) reaches the initialised barriers of its array. Without any TMA load, the
-    barriers ``expect_tx`` arms form the one group."""
+    """The ring of the PTX functions in ``ptx`` (a ``launched_texts`` listing, or a module): its
+    stages are the distinct mbarriers that TMA loads complete on (the barrier operand of
+    ``cp.async.bulk.tensor ... mbarrier::complete_tx``, or of a bulk copy); without any TMA load,
+    those ``expect_tx`` arms. Not a count of ``mbarrier.init``: the barriers of the MMA, of the
+    empty slots and of the accumulator are not stages. A barrier address is followed through the
+    PTX's integer arithmetic to a shared variable plus a byte offset; one indexed at run time
+    (``bar[stage]``) reaches the initialised barriers of its array (its offset modulo its stride).
+    A known limit: loads of one buffer split over several barriers (A on one, B on another)
+    count as that many stages."""
     if _LISTING_HEADER.search(ptx):              # a launched_texts listing: split at its headers
         chunks = [ptx_instructions(c) for c in _LISTING_HEADER.split(ptx)]
     else:                                        # a module: its functions
         chunks = [ptx_instructions(body) for _, body in ptx_functions(ptx).values()] or [ptx_instructions(ptx)]
-    inits, groups, armed, unresolved = [], {}, [], 0
+    inits, loads, armed = [], [], []
     for instrs in chunks:
-        env = _values(instrs)
-        ev = env["__eval__"]
+        ev = _values(instrs)
         for ins in instrs:
             op, rest = _opcode(ins)
             ops = _operands(rest)
             if op.startswith("mbarrier.init") and ops:
                 inits.append(_address(ops[0], ev))
             elif op.startswith("cp.async.bulk.tensor") and "mbarrier::complete_tx" in op and len(ops) >= 3:
-                tmap = re.match(r"^\[\s*([^,\]]+)", ops[1])
-                key = ev(tmap.group(1)) if tmap else None
-                key = _name(key) if isinstance(key, tuple) and key[0] and not key[2] else f"tensor map {ops[1]}"
-                groups.setdefault(key, []).append(_address(ops[2], ev))
+                loads.append(_address(ops[2], ev))
             elif op.startswith("cp.async.bulk.") and "mbarrier::complete_tx" in op and len(ops) >= 4:
-                groups.setdefault("bulk copies", []).append(_address(ops[3], ev))
+                loads.append(_address(ops[3], ev))
             elif re.match(r"mbarrier\.(?:arrive(?:_drop)?\.expect_tx|expect_tx)\b", op):
                 bar = [o for o in ops if o.startswith("[")]
                 armed.append(_address(bar[0], ev) if bar else None)
-    if not groups and armed:
-        groups = {"expect_tx": armed}
     exact_inits = {(a[0], a[1]) for a in inits if a is not None and a[2] == 0}
     barriers = len(exact_inits) + sum(1 for a in inits if a is None or a[2])
-    loads, stages = {}, 0
-    for key, addrs in groups.items():
-        reached = set()
-        for a in addrs:
-            if a is None:
-                unresolved += 1
-            elif a[2] == 0:
-                reached.add((a[0], a[1]))
-            else:
-                hits = {b for b in exact_inits if b[0] == a[0] and (b[1] - a[1]) % a[2] == 0}
-                unresolved += not hits
-                reached |= hits
-        loads[key] = [_name((s, c, 0)) for s, c in sorted(reached, key=lambda b: (b[0] or "", b[1]))]
-        stages = max(stages, len(reached))
-    return Ring(stages, barriers, loads, unresolved)
+    reached, unresolved = set(), 0
+    for a in loads or armed:
+        if a is None:
+            unresolved += 1
+        elif a[2] == 0:
+            reached.add((a[0], a[1]))
+        else:
+            hits = {b for b in exact_inits if b[0] == a[0] and (b[1] - a[1]) % a[2] == 0}
+            unresolved += not hits
+            reached |= hits
+    names = [_name((s, c, 0)) for s, c in sorted(reached, key=lambda b: (b[0] or "", b[1]))]
+    return Ring(len(reached), barriers, names, unresolved)
 
 
 def _ring(m: Mechanism, texts: dict[str, str]) -> CheckResult:
-    """``mbarrier_ring`` (min_count 2: stages) and ``mbarrier_ring_ws`` (also ``min_barriers``
-    mbarriers initialised: a full and an empty barrier per stage, the accumulator's full and
-    empty)."""
+    """``mbarrier_ring`` (min_count 2: stages) and ``mbarrier_ring_ws`` (also 6 mbarriers
+    initialised: a full and an empty barrier per stage, the accumulator's full and empty)."""
     ptx = texts.get("ptx", "")
     if not ptx:
         return CheckResult(m.name, False, 0, f"{m.description}: no PTX to inspect")
     ring = ring_stages(ptx)
     need_bars = 6 if m.name == "mbarrier_ring_ws" else 0
     ok = ring.stages >= m.min_count and ring.barriers >= need_bars
-    widest = max(ring.loads.items(), key=lambda kv: len(kv[1]), default=None)
-    where = f"{ring.stages} stage(s)"
-    if widest:
-        where += f": the loads of {widest[0]} complete on {len(widest[1])} mbarrier(s)" + (
-            f" ({', '.join(widest[1])})" if widest[1] else "")
-    else:
-        where += ": no TMA load completing on an mbarrier"
+    where = f"{ring.stages} stage(s): TMA loads complete on {ring.stages} mbarrier(s)" + (
+        f" ({', '.join(ring.names)})" if ring.names else "")
     if need_bars:
         where += f"; {ring.barriers} mbarriers initialised"
     need = []
@@ -568,11 +555,11 @@ MECHANISMS = {m.name: m for m in [
               PTX_EXPECT_TX.pattern, custom=_expect_tx),
     Mechanism("mbarrier_try_wait", "mbarrier waits with a phase (try_wait)", "sass",
               r"\bSYNCS\.PHASECHK\.TRANS64\.TRYWAIT\b"),
-    Mechanism("mbarrier_ring", "a ring of at least two stages (distinct mbarriers the TMA loads of one tensor "
-              "complete on)", "ptx", "", min_count=2, custom=_ring),
-    Mechanism("mbarrier_ring_ws", "a ring of at least two stages (distinct mbarriers the TMA loads of one tensor "
-              "complete on) and an accumulator hand-over (at least 6 mbarriers initialised: full and empty per "
-              "stage, accumulator full and empty)", "ptx", "", min_count=2, custom=_ring),
+    Mechanism("mbarrier_ring", "a ring of at least two stages (distinct mbarriers the TMA loads complete on)",
+              "ptx", "", min_count=2, custom=_ring),
+    Mechanism("mbarrier_ring_ws", "a ring of at least two stages (distinct mbarriers the TMA loads complete on) "
+              "and an accumulator hand-over (at least 6 mbarriers initialised: full and empty per stage, "
+              "accumulator full and empty)", "ptx", "", min_count=2, custom=_ring),
     Mechanism("mma_smem_swizzled", "tensor-core operands in swizzled shared memory (the swizzle mode of every "
               "shared-memory descriptor)", "cuda", "", custom=_swizzled),
     Mechanism("wgmma", "Hopper warpgroup MMA (HGMMA)", "sass", r"\bHGMMA\."),

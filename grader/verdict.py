@@ -45,6 +45,8 @@ JAIL_SETUP_FAILED = 125          # grader/jail.py's exit status when it could no
 
 _MISSING = re.compile(r"the notebook defines no (\w+)\(\)")
 _GRADERS_MISSING = re.compile(r"the notebook defines no \w+\(\): keep the function names of the skeleton")
+_CHILD_MISSING = re.compile(r"(\w+)\(\) raised LookupError: the notebook defines no (\w+)\(\): keep the function "
+                            r"names of the skeleton(?:\n|$)")
 _TOOL_JAIL_FAILED = re.compile(r"(?:NVRTC compilation|ptxas) for \w+ failed: (jail: [^\n]*)\s*")
 _KNOWN_ERRORS = {"BuildFailed", "BuildError", "AssemblyFailed", "DiagnosticError", "TVMError", "InternalError",
                  "StudentError", "HostCodeRefused", "CheckFailed"}
@@ -91,6 +93,10 @@ def _said_by_type(ctx: Context, e: BaseException) -> report.PartResult:
     if _grader_made(e):
         return ctx.error_result(report.ERROR, _plain(e))
     error = e.error if isinstance(e, CaseFailed) else e
+    missing = _missing_function(error)
+    if missing:              # said in the grader's words; :func:`explain` names the cell that is why
+        return ctx.error_result(report.ERROR, f"the notebook defines no {missing}(): keep the function names "
+                                              "of the skeleton")
     where = e.label if isinstance(e, CaseFailed) else "this part's grading"
     said = f"{where} raised {exception_name(error)}; {grading.NOT_SHOWN.format(lab=ctx.lab.lab)}"
     if not_implemented(error):
@@ -136,6 +142,17 @@ def _grader_made(e: BaseException) -> bool:
     cut off apart, :func:`_without_output`) and a function the notebook does not define."""
     return isinstance(e, sandbox.SandboxFailure) or (isinstance(e, AttributeError)
                                                      and bool(_GRADERS_MISSING.fullmatch(str(e))))
+
+
+def _missing_function(e: BaseException) -> str | None:
+    """The function the grader called, when the child answered that the notebook does not define
+    it, in the child's own words for that function and nothing else (so its answer says one
+    thing the grader can check in the notebook itself: grader/submission.py's cause_of_missing);
+    else None."""
+    m = _CHILD_MISSING.match(str(e))
+    if getattr(e, "error_type", None) == "LookupError" and m and m.group(1) == m.group(2):
+        return m.group(1)
+    return None
 
 
 def _without_output(text: str) -> str:

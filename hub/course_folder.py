@@ -38,6 +38,10 @@ c.CourseDirectory.db_url = {db_url!r}
 c.CourseDirectory.course_id = {course_id!r}
 c.Exchange.root = {exchange!r}
 c.GradeWithGrader.report_dir = {report_dir!r}
+# nbgrader submit writes a submission_secret.txt beside each submission; collect, autograde and
+# generate_feedback must carry it along, or release_feedback cannot file the feedback under it
+# (and fetch_feedback gives each student only the feedback of their own submissions).
+c.CourseDirectory.include = list(c.CourseDirectory.include) + ["submission_secret.txt"]
 '''
 
 

@@ -15,9 +15,10 @@ host or by its Slurm tasks, merged by ``collect``) and writes, by default into
 - ``gradescope/<lab>/<student>/results.json``: Gradescope's results per student;
 - ``summary.html``: one page for the instructor: points per part, the parts most students
   failed, the performance ratios against their thresholds, the grading errors (grading did not
-  finish, or the notebook could not be read: results to look at), and apart from them the parts
-  that ended in an error of the submission's own code (a syntax error, an exception, a kernel
-  that hangs: graded 0, not grading errors) (figures embedded as PNG).
+  finish, or the notebook could not be read: results to look at), the parts the grading machine
+  failed to grade (the infrastructure verdict: not graded, grade them again with ``--resume``),
+  and apart from them the parts that ended in an error of the submission's own code (a syntax
+  error, an exception, a kernel that hangs: graded 0, not grading errors) (figures embedded as PNG).
 """
 from __future__ import annotations
 
@@ -340,17 +341,18 @@ def _ratio_figure(entries: list[Entry]) -> str | None:
 
 
 def failure_table(lab: str, entries: list[Entry]) -> list[dict[str, Any]]:
-    """Per part: how many graded students failed it (failed or error), sorted worst first."""
+    """Per part: how many graded students failed it (failed or error), sorted worst first; a part
+    the grading machine failed to grade (infrastructure) is not graded, and counted apart."""
     rows = []
     lab_spec = spec.load(lab)
     for part in part_order(lab, entries):
         rs = [r for e in entries for r in e.results if r.part == part]
-        graded = [r for r in rs if r.verdict != report.SKIPPED]
+        graded = [r for r in rs if r.verdict not in (report.SKIPPED, report.INFRASTRUCTURE)]
         bad = [r for r in graded if r.verdict in (report.FAILED, report.ERROR)]
         common = collections.Counter(_first_line(r.message, 100) for r in bad).most_common(1)
         rows.append({"part": part, "title": lab_spec.part(part).title, "graded": len(graded),
                      "failed": len(bad), "partial": sum(r.verdict == report.PARTIAL for r in graded),
-                     "skipped": len(rs) - len(graded),
+                     "skipped": sum(r.verdict == report.SKIPPED for r in rs),
                      "rate": len(bad) / len(graded) if graded else 0.0,
                      "common": common[0][0] if common else ""})
     rows.sort(key=lambda r: (-r["rate"], -r["failed"], r["part"]))
@@ -372,10 +374,18 @@ def grading_error_rows(entries: list[Entry]) -> list[dict[str, str]]:
         if e.unreadable:
             rows.append({"student": e.student, "part": "(all)", "what": "the notebook could not be read",
                          "message": _first_line(e.unreadable, 200)})
-        elif not e.finished:
+        elif batch.has_grading_errors(e.status):
             rows.append({"student": e.student, "part": "(all)", "what": f"grading did not finish ({e.status.get('state')})",
                          "message": _first_line(json.dumps(e.status.get("pieces", {})), 200)})
     return rows
+
+
+def machine_failure_rows(entries: list[Entry]) -> list[dict[str, str]]:
+    """Parts the grading machine failed to grade (the infrastructure verdict): not the student's
+    error and not graded; ``batch --resume`` grades them again."""
+    return [{"student": e.student, "part": r.part, "what": "the grading machine failed",
+             "message": _first_line(r.message, 200)}
+            for e in entries for r in e.results if r.verdict == report.INFRASTRUCTURE]
 
 
 def error_rows(entries: list[Entry]) -> list[dict[str, str]]:
@@ -411,11 +421,14 @@ def render_html(by_lab: dict[str, list[Entry]], results_dir: str) -> str:
             continue
         totals = [e.report["points"] for e in entries]
         top = max(e.report["max_points"] for e in entries)
-        unfinished = sum(not e.finished for e in entries)
+        unfinished = sum(e.status.get("state") not in (batch.DONE, batch.INFRASTRUCTURE) for e in entries)
+        machine = sum(batch.has_machine_failures(e.status) for e in entries)
         skipped = sum(any(r.verdict == report.SKIPPED for r in e.results) for e in entries)
         out.append(f"<p>{len(entries)} students; total points: mean {statistics.mean(totals):.2f}, median "
                    f"{statistics.median(totals):g}, max {max(totals):g} of {top:g}"
                    + (f"; grading did not finish for {unfinished}" if unfinished else "")
+                   + (f"; the grading machine failed for {machine} (not graded: grade them again with --resume)"
+                      if machine else "")
                    + (f"; {skipped} graded with parts skipped (no GPU where they ran)" if skipped else "")
                    + f". Thresholds version {lab_spec.thresholds_version}.</p>")
         out.append("<h3>Points per part</h3>" + _img(_points_figure(lab, entries, parts), f"{lab} points per part"))
@@ -433,6 +446,8 @@ def render_html(by_lab: dict[str, list[Entry]], results_dir: str) -> str:
                    "<p>No performance ratio in these results (performance parts are graded on a GPU).</p>")
         for title, errs in (("Grading errors: grading did not finish or the notebook could not be read",
                              grading_error_rows(entries)),
+                            ("The grading machine failed (infrastructure): not graded, not the students' "
+                             "errors; grade them again with --resume", machine_failure_rows(entries)),
                             ("Parts that ended in an error of the submission's code (a syntax error, an "
                              "exception, a time limit of the part): graded 0, not grading errors",
                              error_rows(entries))):

@@ -460,7 +460,9 @@ def collect(results_dir: str, labs: list[str] | None = None, resubmit: bool = Fa
         summary, dead = collect_lab(results_dir, lab)
         print(f"{lab}: {summary['students']} students with results, {summary['done']} graded, "
               f"{len(summary['grading_errors'])} with grading errors"
-              f"{': ' + ', '.join(summary['grading_errors']) if summary['grading_errors'] else ''}")
+              f"{': ' + ', '.join(summary['grading_errors']) if summary['grading_errors'] else ''}"
+              + (f"; {len(summary['machine_failures'])} with machine failures (infrastructure, not graded: "
+                 f"grade them again): {', '.join(summary['machine_failures'])}" if summary["machine_failures"] else ""))
         for _, index, why in dead:
             print(f"  dead task {index}: {why}")
         if dead and not resubmit:

@@ -352,6 +352,24 @@ users: `conda env create -f environment.yml`.
 5. Submit the notebook as your course tells you. Your grade comes from the course grader, which
    also runs hidden cases and times the kernels on a GPU.
 
+## No GPU? Ask the course's GPU queue
+
+If your course runs on a Slurm cluster, you can have the public check of your saved notebook run
+on one of the class's GPUs, from the cluster's login node, in this folder:
+
+```bash
+python -m grader queue-check lab2_tma --submission assignments/lab2_tma/lab2_tma.ipynb
+```
+
+It submits one Slurm job on the course's GPU partition (one GPU; your notebook as saved when you
+run the command), waits for it (`job 123: queued`, then `running on <node>`), and prints the same
+report the check cells print on a GPU, kernels timed included. `--part b_correct` checks one
+part; `--no-wait` returns at once and says where the report will be (`squeue --me` shows the
+job). Your instructor sets the partition and your limits (checks queued or running at once, and
+checks per hour) in `/etc/grader/queue.toml`; past a limit the command says so and when you can
+submit again. The queue's settings may also come from a file your instructor hands you:
+`--queue-config FILE`, or the variable `GRADER_QUEUE_CONFIG`.
+
 Scores are shown rounded to two decimals.
 
 ## Lecture notes

@@ -47,8 +47,11 @@ def _extra_cell(nb_path, source):
     return nb_path
 
 
-def _grade(nb, parts=("a_flops",), seed=inputs.PUBLIC_SEED):
-    res = run.check_lab("lab1_roofline", nb, seed, hardware.detect(), parts=list(parts), progress=lambda m: None)
+def _grade(nb, parts=("a_flops",), seed=inputs.PUBLIC_SEED, public_only=False):
+    """``public_only``: as a check cell grades, showing what the submission answered, raised or
+    printed (a run with hidden cases shows none of it: grader/verdict.py)."""
+    res = run.check_lab("lab1_roofline", nb, seed, hardware.detect(), parts=list(parts), progress=lambda m: None,
+                        public_only=public_only)
     return {r.part: r for r in res}
 
 
@@ -76,7 +79,7 @@ def test_control_an_honest_answer_scores(tmp_path):
 @pytest.mark.slow
 def test_objects_that_equal_everything_get_nothing(tmp_path):
     body = "class Any:\n    def __eq__(self, o): return True\n    def __float__(self): return 0.0\nreturn Any()"
-    r = _grade(_notebook(tmp_path, body))["a_flops"]
+    r = _grade(_notebook(tmp_path, body), public_only=True)["a_flops"]
     assert r.points == 0 and "plain numbers" in r.message
 
 
@@ -175,7 +178,7 @@ def test_reference_answers_and_solutions_are_out_of_reach(tmp_path):
             "    pass\n"
             f"open({os.path.join(ROOT, 'solutions', 'lab1_roofline', 'lab1_roofline.ipynb')!r}).read()\n"
             "return -1")
-    r = _grade(_notebook(tmp_path, body))["a_flops"]
+    r = _grade(_notebook(tmp_path, body), public_only=True)["a_flops"]
     assert r.points == 0 and "No such file" in r.message, r.message
 
 
@@ -277,7 +280,8 @@ def test_a_comment_or_a_syntax_error_costs_only_its_own_part(tmp_path):
     assert "child.py" not in json.dumps([r.to_dict() for r in res.values()])       # no grader frames
     assert any(n.startswith("cell ") and "(a_bytes)" in n for n in notes)
     assert "submission.py" not in json.dumps([r.to_dict() for r in res.values()]) + json.dumps(notes)
-    assert "op_bytes" in res["a_predict"].message           # predict needs op_bytes: that part fails too
+    # predict needs op_bytes: that part fails too (graded with hidden cases: by the exception's type)
+    assert "raised NameError" in res["a_predict"].message, res["a_predict"].message
     assert not any("matmul" in n for n in notes)            # comments are not advice
 
 
@@ -359,7 +363,7 @@ def test_other_students_notebooks_are_out_of_reach(tmp_path):
             "return ns['op_flops'](op)")
     nb = _notebook(tmp_path, body)
     rep = tmp_path / "r.json"
-    p = subprocess.run([sys.executable, "-m", "grader", "check", "lab1_roofline", "--part", "a_flops",
+    p = subprocess.run([sys.executable, "-m", "grader", "check", "lab1_roofline", "--part", "a_flops", "--public",
                         "--submission", nb, "--json", str(rep), "--hide", str(subs)],
                        cwd=ROOT, env=dict(os.environ, GRADER_CPU_ONLY="1"), capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr

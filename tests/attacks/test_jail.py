@@ -54,7 +54,7 @@ def test_the_child_reads_nothing_of_the_course_but_what_it_is_given(tmp_path):
            "found += [d for d in os.listdir('/') if d not in ('bin', 'sbin', 'lib', 'lib32', 'lib64', 'libx32', 'usr',\n"
            "          'etc', 'dev', 'proc', 'tmp', 'sandbox', 'course', 'opt') and not any(\n"
            "          p.startswith('/' + d + '/') for p in __import__('sys').path)]\n")
-    r = _grade(_notebook(tmp_path, _raise_found(paths, git)))["a_flops"]
+    r = _grade(_notebook(tmp_path, _raise_found(paths, git)), public_only=True)["a_flops"]
     assert "readable: []" in r.message, r.message
 
 
@@ -70,7 +70,7 @@ def test_the_working_folder_is_not_in_the_jail(tmp_path, monkeypatch):
     os.chmod(bob, 0o644)
     monkeypatch.chdir(classfolder)
     monkeypatch.syspath_prepend(str(classfolder))
-    r = _grade(_notebook(tmp_path, _raise_found([str(bob), str(classfolder / "bob")])))["a_flops"]
+    r = _grade(_notebook(tmp_path, _raise_found([str(bob), str(classfolder / "bob")])), public_only=True)["a_flops"]
     assert "readable: []" in r.message, r.message
 
 
@@ -85,7 +85,7 @@ def test_files_planted_in_tmp_and_shm_never_reach_the_grader(tmp_path):
             f"open('/dev/shm/{tag}', 'w').write('x')\n"
             f"os.makedirs('/tmp/grader-private-{tag}', exist_ok=True)\n"
             "return -1")
-    r = _grade(_notebook(tmp_path, body))["a_flops"]
+    r = _grade(_notebook(tmp_path, body), public_only=True)["a_flops"]
     assert "got -1" in r.message, r.message                     # the planting ran without an error
     for p in (f"/tmp/grader-{tag}", f"/dev/shm/{tag}", f"/tmp/grader-private-{tag}"):
         assert not os.path.exists(p), p
@@ -196,7 +196,7 @@ def test_include_tricks_read_nothing_outside_the_jail(tmp_path, monkeypatch):
             "        except Exception as e:\n"
             "            g['reached'] += 'cannot open source file' not in str(e)\n"
             "return -1 - 1000 * g['reached']")
-    r = _grade(_notebook(tmp_path, body), parts=("a_flops",))["a_flops"]
+    r = _grade(_notebook(tmp_path, body), parts=("a_flops",), public_only=True)["a_flops"]
     assert "got -1," in r.message, r.message
 
 
@@ -227,7 +227,7 @@ def test_the_child_has_no_network(tmp_path):
             "        pass\n"
             "return -1")
     try:
-        r = _grade(_notebook(tmp_path, body))["a_flops"]
+        r = _grade(_notebook(tmp_path, body), public_only=True)["a_flops"]
     finally:
         accepted.append(None) if not accepted else None
         t.join(5)
@@ -280,7 +280,7 @@ def test_as_an_ordinary_user_the_child_is_jailed_in_a_user_namespace(tmp_path):
     os.chmod(nb, 0o644)
     rep = home / "r.json"
     p = subprocess.run(["setpriv", f"--reuid={nobody.pw_uid}", f"--regid={nobody.pw_gid}", "--clear-groups",
-                        sys.executable, "-m", "grader", "check", "lab1_roofline", "--part", "a_flops",
+                        sys.executable, "-m", "grader", "check", "lab1_roofline", "--part", "a_flops", "--public",
                         "--submission", nb, "--json", str(rep)], cwd=ROOT, capture_output=True, text=True, timeout=300,
                        env=dict(os.environ, HOME=str(home), PYTHONPATH=ROOT, GRADER_CPU_ONLY="1"))
     assert p.returncode == 0, p.stdout + p.stderr

@@ -145,6 +145,16 @@ def test_public_only_grading_shows_the_answer_and_the_exception():
     assert "no roofline yet" not in out.message and "raised ValueError" in out.message, out.message
 
 
+def test_a_missing_function_is_said_in_the_graders_words_and_only_for_the_function_called():
+    from grader import remote
+    said = "op_bytes() raised LookupError: the notebook defines no {}(): keep the function names of the skeleton\n"
+    out = verdict.exception_result(_ctx("a_bytes"), remote.StudentError(said.format("op_bytes") + "Traceback",
+                                                                         "LookupError"))
+    assert out.message == "the notebook defines no op_bytes(): keep the function names of the skeleton", out.message
+    out = verdict.exception_result(_ctx("a_bytes"), remote.StudentError(said.format("n_4096_k_128"), "LookupError"))
+    assert "4096" not in out.message and "raised LookupError" in out.message, out.message
+
+
 def test_a_compile_error_the_child_reports_cannot_say_the_machine_failed():
     """The tool jail's failure is the grader's own message, whole: a builder's error reported by
     the child (its text is the submission's) that ends like it is the submission's error."""

@@ -115,12 +115,12 @@ def ring_ptx(loads: str, extra: str = "") -> str:
 
 @pytest.mark.parametrize("loads, stages", [
     ("%r2", 1),              # single-buffered: every load on one barrier
-    ("%r2,%r3", 1),          # A on one barrier, B on another: still one buffer per tensor
     ("%r3", 1),
-    ("%r11", 3),             # bar[stage] indexed at run time: the initialised barriers it can reach
     ("pool+16", 1),
+    ("%r2,%r3", 2),          # A on one barrier, B on another: two (the static count's known limit)
+    ("%r11", 3),             # bar[stage] indexed at run time: the initialised barriers it can reach
 ])
-def test_ring_stages_are_the_barriers_one_tensors_loads_complete_on(loads, stages):
+def test_ring_stages_are_the_barriers_tma_loads_complete_on(loads, stages):
     r = inspect.ring_stages(ring_ptx(loads))
     assert (r.stages, r.barriers) == (stages, 3), r
     assert inspect.check("mbarrier_ring", {"ptx": ring_ptx(loads)}).ok == (stages >= 2)
@@ -133,7 +133,7 @@ def test_a_two_stage_ring_with_one_mma_barrier_passes_and_one_buffer_fails():
         "\tmbarrier.arrive.expect_tx.shared.b64 _, [%r2], 32768;\n"
         "\tcp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%r22], [%rd1, {%r5, %r6}], [%r3];")
     r = inspect.check("mbarrier_ring", {"ptx": two})
-    assert r.ok and r.count == 2 and "complete on 2 mbarrier(s) (pool+8, pool+16)" in r.message, r.message
+    assert r.ok and r.count == 2 and "TMA loads complete on 2 mbarrier(s) (pool+8, pool+16)" in r.message, r.message
     r = inspect.check("mbarrier_ring", {"ptx": ring_ptx("%r2")})
     assert not r.ok and "MISSING (1 stage(s)" in r.message and "at least 2 stages needed" in r.message, r.message
     # warp-specialized: two stages, but 3 barriers where full/empty per stage and the accumulator's need 6
