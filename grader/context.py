@@ -50,3 +50,10 @@ class CaseFailed(Exception):
     def __init__(self, label: str, error: BaseException, hidden: bool, clean: bool):
         super().__init__(f"{label} raised an exception")
         self.label, self.error, self.hidden, self.clean = label, error, hidden, clean
+
+
+@dataclasses.dataclass(frozen=True)
+class Work:
+    """What one call must do at least: bytes through HBM and FLOPs (for the floor and the rates)."""
+    bytes: float = 0.0
+    flops: float = 0.0

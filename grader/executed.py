@@ -34,7 +34,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 
 NCU_SECTION = ["--section", "SourceCounters", "--page", "source", "--print-source", "sass", "--csv"]
@@ -153,7 +152,7 @@ def profile(plan: dict, cubin: bytes, ptx: str, job: dict, timeout: float = PROF
             json.dump({**job, "plan": plan}, f)
         regex = "regex:^(" + "|".join(_re_escape(n) for n in names) + ")$"
         cmd = [ncu, *NCU_SECTION, "--kernel-name", regex, "--launch-count", str(len(plan["launches"])),
-               *sandbox.trusted_command("executed", d)]
+               *sandbox.trusted_command("profiled", d)]
         env = {k: v for k, v in os.environ.items() if k in ("PATH", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES",
                                                                "CUDA_PATH", "CUDA_HOME", "HOME", "TMPDIR")}
         env["TMPDIR"] = d
@@ -189,67 +188,6 @@ def _re_escape(name: str) -> str:
     return "".join(c if c.isalnum() or c == "_" else "\\" + c for c in name)
 
 
-def main(argv: list[str]) -> int:
-    """The profiled process: launch the grader's cubin once on the job's inputs and check the output."""
-    d = argv[0]
-    import torch
-    from . import launch, problems, runners, timing
-    with open(os.path.join(d, "job.json")) as f:
-        job = json.load(f)
-    with open(os.path.join(d, "kernel.cubin"), "rb") as f:
-        cubin = f.read()
-    with open(os.path.join(d, "kernel.ptx")) as f:
-        ptx = f.read()
-    prob = problems.get(job["problem"])
-    shape = prob.shape(job["shape"])
-    kernel = launch.Kernel(job["plan"], cubin, ptx)
-    lab, part, seed, case = job["lab"], job["part"], int(job["seed"]), int(job.get("case", 0))
-    ins = prob.make_inputs(lab, part, shape, seed, case, "cuda")
-    scalars = prob.draw_scalars(lab, part, seed, case)
-    ref, tol = runners.frozen(prob.reference(ins, scalars, shape)), prob.tolerance(shape, ins)
-    given = {k: t.clone() for k, t in ins.items()}
-    outs = prob.make_outputs(shape, "cuda")
-    kernel(*prob.args({**given, **outs}, scalars))
-    timing.sync()
-    res = runners.check(prob, outs, ref, tol, prob.describe(shape), originals=ins, given=given)
-    torch.cuda.synchronize()
-    with open(os.path.join(d, "result.json"), "w") as f:
-        json.dump({"ok": res.ok, "message": res.message}, f)
-    return 0
-
-
-# ---------------------------------------------------------------- which run proves a build part
-
-def correctness_run(lab_spec, name: str, arch: str):
-    """(kernel part, problem, first public shape) of the lab's correctness part that runs builder
-    ``name`` on ``arch``'s track, or None when no correctness part runs it."""
-    from . import problems, runners
-    for part in lab_spec.parts:
-        p = part.params
-        if part.kind != "kernel" or part.thresholds or "problem" not in p or not p.get("public_shapes"):
-            continue
-        b = p.get("builder", p.get("builders"))
-        if isinstance(b, dict):
-            b = runners.by_track(b).get(arch)
-        names = [b] if isinstance(b, str) else list(b or [])
-        if name in names:
-            prob = problems.get(p["problem"])
-            shapes = sorted((prob.shape(s) for s in p["public_shapes"]), key=lambda s: _size(prob, s))
-            small = [s for s in shapes if _size(prob, s) <= PROFILE_WORK]
-            return part, prob, (small or shapes)[-1]
-    return None
-
-
-# The largest public shape whose work (bytes moved plus FLOPs) stays under this is profiled: the
-# instrumented replay is slow, and the smallest shape may not reach every path of the kernel.
-PROFILE_WORK = 2e10
-
-
-def _size(prob, shape) -> float:
-    w = prob.work(shape)
-    return w.bytes + w.flops
-
-
 GPU_LOCK = "gpu-{}.lock"          # the grading lock of one GPU (its UUID), in the grader's private folder
 
 
@@ -262,32 +200,3 @@ def gpu_lock(uuid: str, exclusive: bool) -> int:
     fd = os.open(os.path.join(sandbox.private_dir(), name), os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW, 0o600)
     fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
     return fd
-
-
-def prove(module, ctx, name: str, arch: str) -> Executed | None:
-    """The executed instructions of builder ``name``'s kernel in the lab's correctness run, on
-    this GPU; None where that cannot apply (no GPU of ``arch`` here, or no correctness part runs
-    this builder: then the part is checked statically and says so)."""
-    from . import build, grading, runners
-    dev = ctx.device
-    if not dev.present or dev.track != arch:
-        return None
-    found = correctness_run(ctx.lab, name, arch)
-    if found is None:
-        return Executed(None, f"no correctness part of {ctx.lab.lab} runs {name}, so nothing shows it executing")
-    part, prob, shape = found
-    kw = runners.builder_kwargs(part.params, lambda: dev.sm_count)
-    art = build.compile_only(grading.student(module, name)(*prob.builder_args(shape), **kw), arch)
-    job = {"lab": ctx.lab.lab, "part": part.id, "problem": prob.name, "shape": list(shape),
-           "seed": ctx.seed, "case": 0}
-    fd = gpu_lock(dev.uuid, exclusive=False)
-    try:
-        res = profile(art.plan, art.cubin, art.ptx, job)
-    finally:
-        os.close(fd)
-    res.message = f"{prob.describe(shape)} ({part.id}'s first case): {res.message}" if res.message else res.message
-    return res
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

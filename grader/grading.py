@@ -11,8 +11,9 @@ import os
 import re
 from typing import Any, Callable
 
-from . import build, compare, hardware, inspect, timing
-from .context import CaseFailed, Context, Outcome
+from . import build, compare, executed, hardware, inspect, problems, timing
+from .spec import builder_kwargs, by_track
+from .context import CaseFailed, Context, Outcome, Work  # noqa: F401 - Work: what a call must do
 
 
 def student(module, name: str) -> Callable:
@@ -269,7 +270,7 @@ def build_part(module, ctx: Context, extra: Callable | None = None, texts: Calla
     args = builder_args(p)
     own_ptx = any(inspect.MECHANISMS[m].where == "cuda" for m in ctx.part.mechanisms)
     label = EVIDENCE.get(evidence, evidence)
-    scores, lines, meas = [], [], {}
+    scores, lines, meas, voided = [], [], {}, []
     for name in names:
         builder = student(module, name)
         per_arch, where = [], meas if len(names) == 1 else meas.setdefault(name, {})
@@ -292,7 +293,17 @@ def build_part(module, ctx: Context, extra: Callable | None = None, texts: Calla
                 scores.append(0.0)
                 per_arch.append(f"{arch}: does not build: {explain_build_error(e)}")
                 continue
-            listings, named = (texts(name, arch, art) if texts is not None else inspect.launched_texts(art)), label
+            ran = None
+            if texts is not None:
+                listings, named = texts(name, arch, art), label
+            else:
+                listings, named = inspect.launched_texts(art), label
+                ran = prove_by_execution(builder, ctx, name, arch)
+                if ran is not None:
+                    named = ran.evidence
+                    if ran.sass is not None:
+                        static_ok = {c.name for c in inspect.check_all(ctx.part.mechanisms, listings) if c.ok}
+                        listings = dict(listings, sass=ran.sass)
             if isinstance(listings, tuple):
                 listings, named = listings[0], EVIDENCE.get(listings[1], listings[1])
             idle = degenerate(art, listings, ctx.part.mechanisms)
@@ -309,6 +320,13 @@ def build_part(module, ctx: Context, extra: Callable | None = None, texts: Calla
             if art.plan:
                 where[arch]["ctas"] = sum(math.prod(ln["grid"]) for ln in art.plan["launches"])
             line = f"{arch}: compiled; {named}; " + "; ".join(c.message for c in checks)
+            if ran is not None and ran.sass is not None:
+                dead = sorted(c.name for c in checks if not c.ok and c.name in static_ok)
+                if dead:
+                    voided.append(f"{name} on {arch}: {', '.join(dead)} in the code but never executed")
+                if ran.correct is False:
+                    line += f"; note: the profiled run's output was wrong ({ran.message[:300]})"
+                where[arch]["profiled_s"] = ran.seconds
             if extra is not None:
                 ok, msg, m = extra(name, art)
                 good, line = good and ok, line + "; " + msg
@@ -316,7 +334,68 @@ def build_part(module, ctx: Context, extra: Callable | None = None, texts: Calla
             scores.append(1.0 if good else 0.0)
             per_arch.append(line)
         lines.append((f"{name}: " if len(names) > 1 else "") + " | ".join(per_arch))
+    if voided:                # the GPU showed a mechanism only in dead code: no static evidence is trusted
+        meas["dead_code"] = voided
+        return Outcome(0.0, "mechanisms found only in code that never ran (" + "; ".join(voided) + "): the part "
+                       "scores nothing, on every arch || " + " || ".join(lines), meas)
     return Outcome(sum(scores) / len(scores), " || ".join(lines), meas)
+
+
+
+# ---------------------------------------------------------------- which run proves a build part
+# (grader/executed.py counts what ran)
+
+def correctness_run(lab_spec, name: str, arch: str):
+    """(kernel part, problem, first public shape) of the lab's correctness part that runs builder
+    ``name`` on ``arch``'s track, or None when no correctness part runs it."""
+    for part in lab_spec.parts:
+        p = part.params
+        if part.kind != "kernel" or part.thresholds or "problem" not in p or not p.get("public_shapes"):
+            continue
+        b = p.get("builder", p.get("builders"))
+        if isinstance(b, dict):
+            b = by_track(b).get(arch)
+        names = [b] if isinstance(b, str) else list(b or [])
+        if name in names:
+            prob = problems.get(p["problem"])
+            shapes = sorted((prob.shape(s) for s in p["public_shapes"]), key=lambda s: _size(prob, s))
+            small = [s for s in shapes if _size(prob, s) <= PROFILE_WORK]
+            return part, prob, (small or shapes)[-1]
+    return None
+
+
+# The largest public shape whose work (bytes moved plus FLOPs) stays under this is profiled: the
+# instrumented replay is slow, and the smallest shape may not reach every path of the kernel.
+PROFILE_WORK = 2e10
+
+
+def _size(prob, shape) -> float:
+    w = prob.work(shape)
+    return w.bytes + w.flops
+
+
+def prove_by_execution(builder, ctx, name: str, arch: str) -> executed.Executed | None:
+    """The executed instructions of builder ``name``'s kernel in the lab's correctness run, on
+    this GPU; None where that cannot apply (no GPU of ``arch`` here, or no correctness part runs
+    this builder: then the part is checked statically and says so)."""
+    dev = ctx.device
+    if not dev.present or dev.track != arch:
+        return None
+    found = correctness_run(ctx.lab, name, arch)
+    if found is None:
+        return executed.Executed(None, f"no correctness part of {ctx.lab.lab} runs {name}, so nothing shows it executing")
+    part, prob, shape = found
+    kw = builder_kwargs(part.params, lambda: dev.sm_count)
+    art = build.compile_only(builder(*prob.builder_args(shape), **kw), arch)
+    job = {"lab": ctx.lab.lab, "part": part.id, "problem": prob.name, "shape": list(shape),
+           "seed": ctx.seed, "case": 0}
+    fd = executed.gpu_lock(dev.uuid, exclusive=False)
+    try:
+        res = executed.profile(art.plan, art.cubin, art.ptx, job)
+    finally:
+        os.close(fd)
+    res.message = f"{prob.describe(shape)} ({part.id}'s first case): {res.message}" if res.message else res.message
+    return res
 
 
 # The instructions that do a GEMM's or an attention kernel's work: tensor-core MMAs and TMA.
@@ -408,13 +487,6 @@ def perf_outcome(ctx: Context, ratio: float, measurements: dict[str, Any], what:
     msg = (f"{what}: {ratio:.3f}x (full credit at {th.full:g}x, none at or below {th.floor:g}x; "
            f"{row_note}, {th.status})")
     return Outcome(frac, msg, measurements)
-
-
-@dataclasses.dataclass(frozen=True)
-class Work:
-    """What one call must do at least: bytes through HBM and FLOPs (for the floor and the rates)."""
-    bytes: float = 0.0
-    flops: float = 0.0
 
 
 def timed_ratio(ctx: Context, kernel: Callable[[], Any] | timing.Rotation, kernel_work: Work, baseline_name: str,

@@ -92,7 +92,7 @@ from typing import Any, Callable, NamedTuple, Sequence
 import torch
 
 from . import compare, inputs
-from .grading import Work
+from .context import Work
 
 U16 = 2.0 ** -11        # unit roundoff of fp16
 U32 = 2.0 ** -24        # unit roundoff of fp32

@@ -46,9 +46,9 @@ import torch
 
 from . import build, compare, inputs, problems, timing
 from .context import Context, Outcome
+from .spec import TRACK_ALIASES, builder_kwargs, by_track  # noqa: F401 - what a part names
 from . import grading
 
-TRACK_ALIASES = {"hopper": "sm_90a", "blackwell": "sm_100a"}
 
 
 def lower_explained(built):
@@ -104,12 +104,6 @@ def builder_names(params: dict, ctx: Context) -> list[str]:
     return [b] if isinstance(b, str) else list(b)
 
 
-def builder_kwargs(params: dict, sm_count: Callable[[], int]) -> dict:
-    """Keyword arguments every builder of the part gets besides the shape: ``num_sms = "device"``
-    in the params passes the SM count read from the GPU (persistent kernels: one CTA per SM)."""
-    return {"num_sms": int(sm_count())} if params.get("num_sms") == "device" else {}
-
-
 def planned_calls(ctx: Context, sm_count: int) -> list[tuple[str, tuple, dict]]:
     """The builder calls (name, args, kwargs) a kernel part makes, in the order it makes them:
     every (builder, shape) pair of a correctness part; every shape's timed and extra builders of a
@@ -123,11 +117,6 @@ def planned_calls(ctx: Context, sm_count: int) -> list[tuple[str, tuple, dict]]:
         names = [speed_builder(p, ctx)] + list(p.get("extra_builders", []))
         return [(n, prob.builder_args(prob.shape(s)), kw) for s in p["shapes"] for n in names]
     return [(n, prob.builder_args(s), kw) for n in builder_names(p, ctx) for s in case_shapes(prob, ctx)]
-
-
-def by_track(table: dict | None) -> dict:
-    """A table keyed by track, with ``hopper``/``blackwell`` accepted for sm_90a/sm_100a."""
-    return {TRACK_ALIASES.get(k, k): v for k, v in (table or {}).items()}
 
 
 def track_shapes(params: dict, track: str | None) -> list:

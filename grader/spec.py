@@ -14,7 +14,7 @@ import hashlib
 import json
 import os
 import tomllib
-from typing import Any
+from typing import Any, Callable
 
 from . import hardware
 
@@ -136,3 +136,19 @@ def write_lock() -> None:
 if __name__ == "__main__":
     write_lock()
     print(f"wrote {LOCK_FILE}")
+
+
+# ---------------------------------------------------------------- what a kernel part names
+
+TRACK_ALIASES = {"hopper": "sm_90a", "blackwell": "sm_100a"}
+
+
+def by_track(table: dict | None) -> dict:
+    """A table keyed by track, with ``hopper``/``blackwell`` accepted for sm_90a/sm_100a."""
+    return {TRACK_ALIASES.get(k, k): v for k, v in (table or {}).items()}
+
+
+def builder_kwargs(params: dict, sm_count: Callable[[], int]) -> dict:
+    """Keyword arguments every builder of the part gets besides the shape: ``num_sms = "device"``
+    in the params passes the SM count read from the GPU (persistent kernels: one CTA per SM)."""
+    return {"num_sms": int(sm_count())} if params.get("num_sms") == "device" else {}

@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-from grader import executed, hardware, inputs, inspect, report, run, spec
+from grader import executed, grading, hardware, inputs, inspect, report, run, spec
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SOLUTION = os.path.join(ROOT, "solutions", "lab1_roofline", "lab1_roofline.ipynb")
@@ -81,7 +81,7 @@ def test_every_build_part_that_a_correctness_run_proves_is_found():
             names = part.params.get("builders") or [part.params["builder"]]
             for name in names if isinstance(names, list) else [names]:
                 for arch in part.params["archs"]:
-                    if executed.correctness_run(lab_spec, name, arch) is None:
+                    if grading.correctness_run(lab_spec, name, arch) is None:
                         missing.append(f"{lab}.{part.id}: {name} ({arch})")
                     else:
                         found += 1
