@@ -28,6 +28,7 @@ without ``ncu`` (its start, the instrumented replay of a small kernel).
 """
 from __future__ import annotations
 
+import contextlib
 import csv
 import dataclasses
 import json
@@ -35,12 +36,16 @@ import os
 import shutil
 import subprocess
 import tempfile
+import time
 
 NCU_SECTION = ["--section", "SourceCounters", "--page", "source", "--print-source", "sass", "--csv"]
 REFUSED = ("ERR_NVGPUCTRPERM", "does not have permission", "Profiling is not supported")
 EXECUTED_COLUMN = "Predicated-On Thread Instructions Executed"
 ISSUED_COLUMN = "Instructions Executed"
 PROFILE_TIMEOUT_S = 240
+PROFILE_ATTEMPTS = 3
+# The driver lets one profiling session collect counters at a time; another at once fails with this.
+BUSY = "a driver resource was unavailable"
 
 
 @dataclasses.dataclass
@@ -135,7 +140,6 @@ def profile(plan: dict, cubin: bytes, ptx: str, job: dict, timeout: float = PROF
     """Run the kernel of ``plan`` once on the inputs ``job`` names (lab, part, problem, shape,
     seed, case), under ncu, in a trusted process; return what executed and whether the output
     was right. Never raises for a machine that cannot profile: the reason is in ``why``."""
-    import time
     from . import sandbox
     ncu = ncu_path()
     if ncu is None:
@@ -156,11 +160,16 @@ def profile(plan: dict, cubin: bytes, ptx: str, job: dict, timeout: float = PROF
         env = {k: v for k, v in os.environ.items() if k in ("PATH", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES",
                                                                "CUDA_PATH", "CUDA_HOME", "HOME", "TMPDIR")}
         env["TMPDIR"] = d
-        try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=d, env=env)
-        except subprocess.TimeoutExpired:
-            return Executed(None, f"the profiled run did not finish in {timeout:g} s")
-        out = proc.stdout + "\n" + proc.stderr
+        for attempt in range(PROFILE_ATTEMPTS):
+            try:
+                with _one_profiler():
+                    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=d, env=env)
+            except subprocess.TimeoutExpired:
+                return Executed(None, f"the profiled run did not finish in {timeout:g} s")
+            out = proc.stdout + "\n" + proc.stderr
+            if BUSY not in out:
+                break
+            time.sleep(1.0 + attempt)
         if any(r in out for r in REFUSED):
             return Executed(None, "the GPU driver refused its performance counters (they need root, or the "
                             "nvidia module option NVreg_RestrictProfilingToAdminUsers=0)")
@@ -182,6 +191,20 @@ def profile(plan: dict, cubin: bytes, ptx: str, job: dict, timeout: float = PROF
                         instructions=total, executed=ran, seconds=round(time.monotonic() - t0, 2))
     finally:
         shutil.rmtree(d, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _one_profiler():
+    """One profiled run at a time on this machine (labs graded side by side would otherwise start
+    their profilers at once, and the driver refuses all but one)."""
+    import fcntl
+    from . import sandbox
+    fd = os.open(os.path.join(sandbox.private_dir(), "profiler.lock"), os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 def _re_escape(name: str) -> str:
