@@ -41,7 +41,6 @@ from . import dispatch, grading, report, sandbox, submission, timing
 from .context import CaseFailed, Context
 
 PERF_TRIALS = 3
-JAIL_SETUP_FAILED = 125          # grader/jail.py's exit status when it could not build the jail
 
 _MISSING = re.compile(r"the notebook defines no (\w+)\(\)")
 _GRADERS_MISSING = re.compile(r"the notebook defines no \w+\(\): keep the function names of the skeleton")
@@ -111,20 +110,15 @@ def infrastructure_result(ctx: Context, problem: str) -> report.PartResult:
 
 def infrastructure_problem(e: BaseException) -> str | None:
     """What failed on the grading machine, when ``e`` is such a failure, else None: the sandbox's
-    JailSetupFailed (said on a pipe the child never holds: a submission cannot forge it); where the
-    sandbox does not have it, a child that ended with the jail's setup status before it was
-    ready; and a tool jail (ptxas, NVRTC) of the grader's whose only output is the jail's own
+    JailSetupFailed (said on a pipe the child never holds: a submission cannot forge it; a child
+    that exits with the jail's own status 125 and prints "jail: ..." is the submission's doing);
+    and a tool jail (ptxas, NVRTC) of the grader's whose only output is the jail's own
     error (the whole message in the grader's words: a compile error the child reports starts with
     the builder's call, and whatever it ends with is the submission's, neither a verdict of the
     machine nor text to show)."""
-    setup_failed = getattr(sandbox, "JailSetupFailed", None)
-    if setup_failed is not None and isinstance(e, setup_failed):
+    if isinstance(e, sandbox.JailSetupFailed):
         return str(e)
     text = str(e)
-    jail_line = re.search(r"(?m)^jail: .*$", text)
-    if setup_failed is None and isinstance(e, sandbox.SandboxFailure) and jail_line and \
-            f"exited with code {JAIL_SETUP_FAILED} before it was ready" in text:
-        return jail_line.group(0)
     tool = _TOOL_JAIL_FAILED.fullmatch(text)
     if type(e).__name__ in ("BuildError", "AssemblyFailed") and tool:
         return tool.group(1)

@@ -288,12 +288,13 @@ def test_a_jail_that_cannot_be_set_up_is_not_the_students_error_and_check_exits_
     assert "NOT GRADED: 1 part(s) (a_flops)" in out
 
 
-def test_a_jail_setup_failure_by_exit_status_and_a_tool_jail_failure_are_infrastructure(monkeypatch):
-    monkeypatch.delattr(sandbox, "JailSetupFailed", raising=False)      # a sandbox without the subclass
-    e = sandbox.SandboxFailure("the process running your cells exited with code 125 before it was ready "
-                               "(closed); last output:\njail: mount /x on /root/x: No such file or directory\n")
+def test_a_jail_setup_failure_and_a_tool_jail_failure_are_infrastructure_a_forged_exit_is_not():
+    e = sandbox.JailSetupFailed("the grader could not start the jail: mount /x on /root/x: No such file")
     out = verdict.exception_result(_ctx("a_flops"), e)
-    assert out.verdict == report.INFRASTRUCTURE and "jail: mount /x" in out.message
+    assert out.verdict == report.INFRASTRUCTURE and "mount /x" in out.message
+    forged = sandbox.SandboxFailure("the process running your cells exited with code 125 before it was ready "
+                                    "(closed); last output:\njail: mount /x on /root/x: No such file or directory\n")
+    assert verdict.exception_result(_ctx("a_flops"), forged).verdict != report.INFRASTRUCTURE
     from grader import toolchain
     out = verdict.exception_result(_ctx("a_flops"), toolchain.BuildError(
         "NVRTC compilation for sm_90a failed: jail: unshare: Operation not permitted"))
