@@ -286,13 +286,13 @@ def argument_set(problem: problems.Problem, ctx: Context, shape, case: int, inde
                        ref, problem.tolerance(shape, ins), rows)
 
 
-def _output_positions(flat: torch.Tensor, ref_shape, out: torch.Tensor, axis: int | None,
+def _output_positions(flat: torch.Tensor, expected_shape, out: torch.Tensor, axis: int | None,
                       rows: torch.Tensor | None) -> torch.Tensor:
     """Flat positions in ``out`` of the flat positions ``flat`` of its reference (which holds only
     ``rows`` along ``axis`` when rows are sampled)."""
     if rows is None:
         return flat
-    coords = list(torch.unravel_index(flat, tuple(ref_shape)))
+    coords = list(torch.unravel_index(flat, tuple(expected_shape)))
     coords[axis] = rows.to("cpu")[coords[axis]]
     return sum(c * st for c, st in zip(coords, out.stride()))
 
