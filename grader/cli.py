@@ -47,7 +47,7 @@ def cmd_check(args) -> int:
     print(f"Student code runs in: {level}", flush=True)
     results, notes = [], []
     if len(labs) > 1 and args.jobs > 1:
-        results, notes = _check_labs_in_parallel(labs, args, seed)
+        results, notes = _check_labs_in_parallel(labs, args, seed, device.present)
         labs = []
     for lab in labs:
         try:
@@ -79,7 +79,7 @@ def cmd_check(args) -> int:
     return 1 if (bad and args.strict) else 0
 
 
-def _check_labs_in_parallel(labs: list[str], args, seed: int):
+def _check_labs_in_parallel(labs: list[str], args, seed: int, gpu: bool):
     """One `grader check LAB` process per lab, ``args.jobs`` at a time. Their CPU parts run side by
     side; their GPU parts take turns (run.Harness holds a lock on the GPU while it grades). The
     seed goes to each through a pipe, never the command line (other users can read that)."""
@@ -89,7 +89,9 @@ def _check_labs_in_parallel(labs: list[str], args, seed: int):
     from . import inputs, run
     from . import report as report_mod
     tmp = tempfile.mkdtemp(prefix="grader-all-")
-    pending, running, done = list(labs), {}, {}
+    # The longest labs start first (their GPU parts' time limits stand for their length), so that
+    # no long lab starts when the others are done and runs alone at the end.
+    pending, running, done = sorted(labs, key=lambda lab: -_expected_length(lab, gpu)), {}, {}
     started: dict[str, float] = {}
     try:
         while pending or running:
@@ -138,6 +140,12 @@ def _check_labs_in_parallel(labs: list[str], args, seed: int):
     results = [report.PartResult(**{k: v for k, v in r.items()}) for lab in labs for r in done[lab]["results"]]
     notes = [n for lab in labs for n in done[lab].get("notes", [])]
     return results, notes
+
+
+def _expected_length(lab: str, gpu: bool) -> float:
+    """A lab's grading time, roughly: its GPU parts' time limits on a GPU (they hold the machine's
+    GPU in turn), its CPU parts' elsewhere."""
+    return sum(p.timeout_s for p in spec.load(lab).parts if p.needs_gpu == gpu) + 1e-3 * len(spec.load(lab).parts)
 
 
 def cmd_generate(args) -> int:

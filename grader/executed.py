@@ -58,10 +58,14 @@ class Executed:
     message: str = ""
     instructions: int = 0          # instructions of the launched kernels in the listing
     executed: int = 0              # of those, executed on at least one thread
-    seconds: float = 0.0
+    seconds: float = 0.0           # of the ncu run that profiled it
+    failed: bool = False           # the kernel itself failed in the profiled run (why says how)
+    batch: int = 1                 # kernels profiled in that run
 
     @property
     def evidence(self) -> str:
+        if self.failed:
+            return f"not shown to execute: the kernel failed in the profiled correctness run ({self.why})"
         if self.sass is None:
             return f"static (launched entries only; dead code not excluded): {self.why}"
         return (f"executed (hardware counters: {self.executed} of {self.instructions} instructions of the "
@@ -81,10 +85,10 @@ def ncu_path() -> str | None:
 
 # ---------------------------------------------------------------- reading ncu's source page
 
-def parse_source_page(text: str) -> dict[str, list[tuple[str, int, int]]]:
-    """ncu's ``--page source --print-source sass --csv`` output: for each profiled kernel (by name;
-    the counts of a kernel launched more than once are added up), its instructions in order as
-    (SASS, warp instructions issued, thread instructions executed with the predicate on)."""
+def parse_source_blocks(text: str) -> list[tuple[str, list[tuple[str, int, int]]]]:
+    """ncu's ``--page source --print-source sass --csv`` output: one block per profiled launch, in
+    the order of the launches, as (kernel name, its instructions in order as (SASS, warp
+    instructions issued, thread instructions executed with the predicate on))."""
     blocks: list[tuple[str, list[tuple[str, int, int]]]] = []
     header: dict[str, int] | None = None
     for row in csv.reader(line for line in text.splitlines() if line.startswith('"')):
@@ -100,6 +104,11 @@ def parse_source_page(text: str) -> dict[str, list[tuple[str, int, int]]]:
         elif header is not None and len(row) >= len(header):
             issued = _count(row[header.get(ISSUED_COLUMN, header[EXECUTED_COLUMN])])
             blocks[-1][1].append((row[header["Source"]].strip(), issued, _count(row[header[EXECUTED_COLUMN]])))
+    return blocks
+
+
+def merge_launches(blocks) -> dict[str, list[tuple[str, int, int]]]:
+    """Per kernel name, its instructions with the counts of all its launches added up."""
     kernels: dict[str, list[tuple[str, int, int]]] = {}
     for name, rows in blocks:
         seen = kernels.get(name)
@@ -108,6 +117,11 @@ def parse_source_page(text: str) -> dict[str, list[tuple[str, int, int]]]:
             continue
         kernels[name] = [(a[0], a[1] + b[1], a[2] + b[2]) for a, b in zip(seen, rows)]
     return kernels
+
+
+def parse_source_page(text: str) -> dict[str, list[tuple[str, int, int]]]:
+    """The source page read per kernel name (the counts of a kernel launched more than once added up)."""
+    return merge_launches(parse_source_blocks(text))
 
 
 def _count(cell: str) -> int:
@@ -136,61 +150,167 @@ def executed_listing(kernels: dict[str, list[tuple[str, int, int]]]) -> tuple[st
 
 # ---------------------------------------------------------------- the profiled run
 
+@dataclasses.dataclass
+class Job:
+    """One kernel to profile: its launch plan, the grader's cubin of its PTX, and the inputs to run
+    it on (lab, part, problem, shape, seed, case)."""
+    plan: dict
+    cubin: bytes
+    ptx: str
+    inputs: dict
+
+
 def profile(plan: dict, cubin: bytes, ptx: str, job: dict, timeout: float = PROFILE_TIMEOUT_S) -> Executed:
-    """Run the kernel of ``plan`` once on the inputs ``job`` names (lab, part, problem, shape,
-    seed, case), under ncu, in a trusted process; return what executed and whether the output
-    was right. Never raises for a machine that cannot profile: the reason is in ``why``."""
-    from . import sandbox
+    """Run the kernel of ``plan`` once on the inputs ``job`` names, under ncu, in a trusted process;
+    return what executed and whether the output was right. Never raises for a machine that cannot
+    profile: the reason is in ``why``."""
+    return profile_many([Job(plan, cubin, ptx, job)], timeout)[0]
+
+
+def profile_many(jobs: list[Job], timeout: float = PROFILE_TIMEOUT_S) -> list[Executed]:
+    """Profile ``jobs`` in as few runs of ncu as possible (one, unless a kernel fails: the context
+    is lost with it, and the jobs after it run again in a new process). Each run pays ncu's start
+    and the start of a Python process with torch once, whatever the number of kernels."""
     ncu = ncu_path()
     if ncu is None:
-        return Executed(None, "Nsight Compute (ncu) is not installed here, so executed instructions cannot be counted")
-    names = sorted({ln["name"] for ln in plan["launches"]})
+        why = "Nsight Compute (ncu) is not installed here, so executed instructions cannot be counted"
+        return [Executed(None, why) for _ in jobs]
+    out: list[Executed] = []
+    while len(out) < len(jobs):
+        out += _one_run(ncu, jobs[len(out):], timeout)
+    return out
+
+
+def _one_run(ncu: str, jobs: list[Job], timeout: float) -> list[Executed]:
+    """One ncu process over ``jobs`` in order. Returns the outcomes of a prefix of them (at least
+    one): all of them, or up to and including a kernel that failed (the jobs after it are run
+    again by the caller)."""
+    from . import sandbox
     d = tempfile.mkdtemp(prefix="executed-", dir=sandbox.private_dir())
     t0 = time.monotonic()
+    limit = timeout + 30.0 * (len(jobs) - 1)
     try:
-        with open(os.path.join(d, "kernel.cubin"), "wb") as f:
-            f.write(cubin)
-        with open(os.path.join(d, "kernel.ptx"), "w") as f:
-            f.write(ptx)
-        with open(os.path.join(d, "job.json"), "w") as f:
-            json.dump({**job, "plan": plan}, f)
+        for i, job in enumerate(jobs):
+            with open(os.path.join(d, f"kernel-{i}.cubin"), "wb") as f:
+                f.write(job.cubin)
+            with open(os.path.join(d, f"kernel-{i}.ptx"), "w") as f:
+                f.write(job.ptx)
+        with open(os.path.join(d, "jobs.json"), "w") as f:
+            json.dump([{**job.inputs, "plan": job.plan} for job in jobs], f)
+        names = sorted({ln["name"] for job in jobs for ln in job.plan["launches"]})
+        launches = sum(len(job.plan["launches"]) for job in jobs)
         regex = "regex:^(" + "|".join(_re_escape(n) for n in names) + ")$"
-        cmd = [ncu, *NCU_SECTION, "--kernel-name", regex, "--launch-count", str(len(plan["launches"])),
-               *sandbox.trusted_command("profiled", d)]
+        # Counters are collected between the profiled process's cudaProfilerStart and Stop only,
+        # which bracket the submitted kernel's launches: no kernel of torch's (inputs, reference)
+        # is ever profiled, whatever name the submission gives its kernel.
+        cmd = [ncu, *NCU_SECTION, "--profile-from-start", "off", "--kernel-name", regex,
+               "--launch-count", str(launches), *sandbox.trusted_command("profiled", d)]
         env = {k: v for k, v in os.environ.items() if k in ("PATH", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES",
                                                                "CUDA_PATH", "CUDA_HOME", "HOME", "TMPDIR")}
         env["TMPDIR"] = d
+        timed_out = False
         for attempt in range(PROFILE_ATTEMPTS):
             try:
                 with _one_profiler():
-                    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=d, env=env)
-            except subprocess.TimeoutExpired:
-                return Executed(None, f"the profiled run did not finish in {timeout:g} s")
-            out = proc.stdout + "\n" + proc.stderr
+                    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=limit, cwd=d, env=env)
+                out, stdout, code = proc.stdout + "\n" + proc.stderr, proc.stdout, proc.returncode
+            except subprocess.TimeoutExpired as e:
+                stdout = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
+                out, code, timed_out = stdout, None, True
+                break
             if BUSY not in out:
                 break
             time.sleep(1.0 + attempt)
         if any(r in out for r in REFUSED):
-            return Executed(None, "the GPU driver refused its performance counters (they need root, or the "
-                            "nvidia module option NVreg_RestrictProfilingToAdminUsers=0)")
-        try:
-            with open(os.path.join(d, "result.json")) as f:
-                result = json.load(f)
-        except (OSError, ValueError):
+            why = ("the GPU driver refused its performance counters (they need root, or the "
+                   "nvidia module option NVreg_RestrictProfilingToAdminUsers=0)")
+            return [Executed(None, why) for _ in jobs]
+        results = _results(d)
+        if timed_out and len(results) < len(jobs):
+            # the kernel after the last one reported did not finish: that is the kernel's doing
+            results.append({"failed": True, "message": f"the kernel did not finish in the profiled run "
+                                                          f"({limit:g} s under the profiler): does it hang?"})
+        if not results:
             tail = "\n".join(out.strip().splitlines()[-8:])
-            return Executed(None, f"the profiled run failed (exit {proc.returncode}): {tail[-1500:]}")
+            why = f"the profiled run failed (exit {code}): {tail[-1500:]}"
+            return [Executed(None, why) for _ in jobs]
         try:
-            kernels = parse_source_page(proc.stdout)
+            blocks = parse_source_blocks(stdout)
         except ValueError as e:
-            return Executed(None, str(e))
-        missing = [n for n in names if n not in kernels]
-        if missing:
-            return Executed(None, f"ncu reported no counters for {', '.join(missing)}")
-        listing, total, ran = executed_listing({n: kernels[n] for n in names})
-        return Executed(listing, correct=bool(result.get("ok")), message=str(result.get("message", "")),
-                        instructions=total, executed=ran, seconds=round(time.monotonic() - t0, 2))
+            return [Executed(None, str(e)) for _ in jobs]
+        done: list[Executed] = []
+        for job, result in zip(jobs, results):
+            if result.get("failed"):        # the kernel could not run: nothing shows its mechanisms executing
+                done.append(Executed(None, str(result.get("message", ""))[:1500], correct=False, failed=True))
+                break
+            if result.get("infrastructure"):      # the grader's own failure: this kernel is checked statically
+                done.append(Executed(None, f"the profiled run failed: {str(result.get('message', ''))[:1500]}"))
+                break
+            wanted = [ln["name"] for ln in job.plan["launches"]]
+            mine, blocks = blocks[:len(wanted)], blocks[len(wanted):]
+            if [name for name, _ in mine] != wanted:
+                got = ", ".join(name for name, _ in mine) or "nothing"
+                done.append(Executed(None, f"ncu reported {got} where the plan launches {', '.join(wanted)}"))
+                continue
+            listing, total, ran = executed_listing(merge_launches(mine))
+            done.append(Executed(listing, correct=bool(result.get("ok")), message=str(result.get("message", "")),
+                                 instructions=total, executed=ran))
+        seconds = round(time.monotonic() - t0, 2)
+        for e in done:
+            e.seconds, e.batch = seconds, len(jobs)
+        if not done:
+            return [Executed(None, "the profiled run reported nothing") for _ in jobs]
+        return done
     finally:
         shutil.rmtree(d, ignore_errors=True)
+
+
+def _results(d: str) -> list[dict]:
+    """The profiled process's outcomes, one JSON line per job, in order (written as each finishes)."""
+    try:
+        with open(os.path.join(d, "results.jsonl")) as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return []
+    out = []
+    for line in lines:
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            break
+    return out
+
+
+class Batcher:
+    """Profiles requested at about the same time go through one run of ncu: a request made while a
+    run is under way (or while another grading process holds the machine's profiler) waits, and
+    the next run takes every request waiting by then. Nothing waits for a request that has not
+    been made, so parts graded one at a time are profiled one at a time, as before."""
+
+    def __init__(self) -> None:
+        import threading
+        self._mu = threading.Lock()
+        self._runner = threading.Lock()
+        self._pending: list[tuple[Job, dict]] = []
+
+    def profile(self, job: Job) -> Executed:
+        slot: dict = {}
+        with self._mu:
+            self._pending.append((job, slot))
+        with self._runner:
+            if "result" not in slot:
+                with self._mu:
+                    batch, self._pending = self._pending, []
+                try:
+                    results = profile_many([j for j, _ in batch])
+                except BaseException as e:  # noqa: BLE001 - every waiting part gets the reason
+                    results = [Executed(None, f"the profiled run failed: {type(e).__name__}: {e}")] * len(batch)
+                for (_, s), r in zip(batch, results):
+                    s["result"] = r
+        return slot["result"]
+
+
+BATCHER = Batcher()
 
 
 @contextlib.contextmanager

@@ -299,6 +299,13 @@ def build_part(module, ctx: Context, extra: Callable | None = None, texts: Calla
             else:
                 listings, named = inspect.launched_texts(art), label
                 ran = prove_by_execution(builder, ctx, name, arch)
+                if ran is not None and ran.failed:      # like dead code: no static evidence is trusted then
+                    voided.append(f"{name} on {arch}: the kernel failed in the profiled run")
+                    scores.append(0.0)
+                    where[arch] = {"evidence": ran.evidence, "profiled_s": ran.seconds}
+                    per_arch.append(f"{arch}: compiled; {ran.evidence}. On this GPU a mechanism counts only when "
+                                    "the GPU shows it executed: make the kernel run correctly at this shape")
+                    continue
                 if ran is not None:
                     named = ran.evidence
                     if ran.sass is not None:
@@ -327,6 +334,7 @@ def build_part(module, ctx: Context, extra: Callable | None = None, texts: Calla
                 if ran.correct is False:
                     line += f"; note: the profiled run's output was wrong ({ran.message[:300]})"
                 where[arch]["profiled_s"] = ran.seconds
+                where[arch]["profiled_with"] = ran.batch
             if extra is not None:
                 ok, msg, m = extra(name, art)
                 good, line = good and ok, line + "; " + msg
@@ -336,7 +344,7 @@ def build_part(module, ctx: Context, extra: Callable | None = None, texts: Calla
         lines.append((f"{name}: " if len(names) > 1 else "") + " | ".join(per_arch))
     if voided:                # the GPU showed a mechanism only in dead code: no static evidence is trusted
         meas["dead_code"] = voided
-        return Outcome(0.0, "mechanisms found only in code that never ran (" + "; ".join(voided) + "): the part "
+        return Outcome(0.0, "mechanisms not shown to execute on this GPU (" + "; ".join(voided) + "): the part "
                        "scores nothing, on every arch || " + " || ".join(lines), meas)
     return Outcome(sum(scores) / len(scores), " || ".join(lines), meas)
 
@@ -386,12 +394,16 @@ def prove_by_execution(builder, ctx, name: str, arch: str) -> executed.Executed 
         return executed.Executed(None, f"no correctness part of {ctx.lab.lab} runs {name}, so nothing shows it executing")
     part, prob, shape = found
     kw = builder_kwargs(part.params, lambda: dev.sm_count)
-    art = build.compile_only(builder(*prob.builder_args(shape), **kw), arch)
+    try:
+        art = build.compile_only(builder(*prob.builder_args(shape), **kw), arch)
+    except build.BuildError as e:
+        return executed.Executed(None, f"it does not build at {prob.describe(shape)}: {explain_build_error(e)}",
+                                 correct=False, failed=True)
     job = {"lab": ctx.lab.lab, "part": part.id, "problem": prob.name, "shape": list(shape),
            "seed": ctx.seed, "case": 0}
     fd = executed.gpu_lock(dev.uuid, exclusive=False)
-    try:
-        res = executed.profile(art.plan, art.cubin, art.ptx, job)
+    try:                # parts asking at about the same time share one run of the profiler
+        res = executed.BATCHER.profile(executed.Job(art.plan, art.cubin, art.ptx, job))
     finally:
         os.close(fd)
     res.message = f"{prob.describe(shape)} ({part.id}'s first case): {res.message}" if res.message else res.message

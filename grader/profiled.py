@@ -1,7 +1,10 @@
 """The profiled run of grader/executed.py: started by ``ncu`` as ``python -I`` with the grader's
-own module path (sandbox.trusted_command); launches the grader's own cubin of a submitted kernel
-once, on inputs it makes itself, checks the output against the reference and writes
-``result.json`` in its job folder. No byte of the student's runs on the CPU here."""
+own module path (sandbox.trusted_command). For each job of its folder, in order, it loads the
+grader's own cubin of a submitted kernel, makes the inputs and the reference itself, launches the
+kernel once between cudaProfilerStart and cudaProfilerStop (ncu counts nothing else), checks the
+output, and appends one line to ``results.jsonl``. A kernel that fails to load or to run ends the
+process there (its CUDA context is lost): its line says so, and the grader runs the jobs after it
+again. No byte of the student's runs on the CPU here."""
 from __future__ import annotations
 
 import json
@@ -10,31 +13,50 @@ import sys
 
 
 def main(argv: list[str]) -> int:
-    """The profiled process: launch the grader's cubin once on the job's inputs and check the output."""
     d = argv[0]
     import torch
     from . import launch, problems, runners, timing
-    with open(os.path.join(d, "job.json")) as f:
-        job = json.load(f)
-    with open(os.path.join(d, "kernel.cubin"), "rb") as f:
-        cubin = f.read()
-    with open(os.path.join(d, "kernel.ptx")) as f:
-        ptx = f.read()
-    prob = problems.get(job["problem"])
-    shape = prob.shape(job["shape"])
-    kernel = launch.Kernel(job["plan"], cubin, ptx)
-    lab, part, seed, case = job["lab"], job["part"], int(job["seed"]), int(job.get("case", 0))
-    ins = prob.make_inputs(lab, part, shape, seed, case, "cuda")
-    scalars = prob.draw_scalars(lab, part, seed, case)
-    ref, tol = runners.frozen(prob.reference(ins, scalars, shape)), prob.tolerance(shape, ins)
-    given = {k: t.clone() for k, t in ins.items()}
-    outs = prob.make_outputs(shape, "cuda")
-    kernel(*prob.args({**given, **outs}, scalars))
-    timing.sync()
-    res = runners.check(prob, outs, ref, tol, prob.describe(shape), originals=ins, given=given)
-    torch.cuda.synchronize()
-    with open(os.path.join(d, "result.json"), "w") as f:
-        json.dump({"ok": res.ok, "message": res.message}, f)
+    with open(os.path.join(d, "jobs.json")) as f:
+        jobs = json.load(f)
+    torch.cuda.init()
+    with open(os.path.join(d, "results.jsonl"), "a") as log:
+        def record(**result) -> None:
+            log.write(json.dumps(result) + "\n")
+            log.flush()
+
+        for i, job in enumerate(jobs):
+            try:                          # the grader's own work: a failure here is not the kernel's
+                with open(os.path.join(d, f"kernel-{i}.cubin"), "rb") as f:
+                    cubin = f.read()
+                with open(os.path.join(d, f"kernel-{i}.ptx")) as f:
+                    ptx = f.read()
+                prob = problems.get(job["problem"])
+                shape = prob.shape(job["shape"])
+                lab, part, seed, case = job["lab"], job["part"], int(job["seed"]), int(job.get("case", 0))
+                ins = prob.make_inputs(lab, part, shape, seed, case, "cuda")
+                scalars = prob.draw_scalars(lab, part, seed, case)
+                ref, tol = runners.frozen(prob.reference(ins, scalars, shape)), prob.tolerance(shape, ins)
+                given = {k: t.clone() for k, t in ins.items()}
+                outs = prob.make_outputs(shape, "cuda")
+                torch.cuda.synchronize()
+            except Exception as e:  # noqa: BLE001
+                record(ok=False, infrastructure=True, message=f"{type(e).__name__}: {e}")
+                return 0
+            try:                          # the kernel's: loading, launching, running
+                kernel = launch.Kernel(job["plan"], cubin, ptx)
+                torch.cuda.profiler.start()
+                try:
+                    kernel(*prob.args({**given, **outs}, scalars))
+                    timing.sync()
+                finally:
+                    torch.cuda.profiler.stop()
+            except Exception as e:  # noqa: BLE001
+                record(ok=False, failed=True, message=f"{type(e).__name__}: {str(e)[:1000]}")
+                return 0
+            res = runners.check(prob, outs, ref, tol, prob.describe(shape), originals=ins, given=given)
+            torch.cuda.synchronize()
+            record(ok=bool(res.ok), message=res.message)
+            kernel.close()
     return 0
 
 

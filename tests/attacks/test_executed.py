@@ -181,3 +181,109 @@ def test_gpu_vector_accesses_in_a_branch_never_taken_do_not_count(tmp_path):
     assert f"{arch}: compiled; executed (hardware counters" in build.message, build.message
     assert "MISSING" in build.message and "never executed" in build.message, build.message
     assert build.points == 0, build.message              # the static sm_100a half is not trusted either
+
+
+# Forged device code for Lab 1, made by a module cell of the notebook: the child's export is
+# replaced, and every kernel asked for is answered with the PTX NVRTC makes of ``source`` (in
+# this test, for the GPU's arch) and a launch plan for that call's n that launches ``launched``.
+def _forging_lab1(source: str, launched: str) -> str:
+    from grader import build, toolchain
+    arch = build.device_arch()
+    ptx = toolchain.nvrtc_ptx(source, arch, reuse=False).replace(f".target {arch}", ".target __ARCH__")
+    return ("import json, grader.devcode as _d\n"
+            f"_PTX = {ptx!r}\n"
+            "def _forged(func, arch, stem):\n"
+            "    n = int(func.params[0].shape[0])\n"
+            "    t = {'kind': 'tensor', 'shape': [n], 'dtype': 'float16'}\n"
+            "    plan = {'version': 1, 'tensormaps': [], 'signature': [dict(t, name='x'), dict(t, name='y'),\n"
+            "            dict(t, name='out'), {'name': 'alpha', 'kind': 'scalar', 'dtype': 'float32'}],\n"
+            f"            'launches': [{{'name': {launched!r}, 'grid': [n // 256, 1, 1], 'block': [256, 1, 1],\n"
+            "                          'cluster': [1, 1, 1], 'shared_bytes': 0, 'args': [{'tensor': 0}, {'tensor': 1},\n"
+            "                          {'tensor': 2}, {'scalar': 3, 'dtype': 'float32'}]}]}\n"
+            "    open(stem + '.ptx', 'w').write(_PTX.replace('__ARCH__', arch))\n"
+            "    open(stem + '.json', 'w').write(json.dumps({'plan': plan, 'arch': arch, 'cuda_source': '// forged'}))\n"
+            "    return {'json': stem + '.json', 'ptx': stem + '.ptx'}\n"
+            "_d.export = _forged\n")
+
+
+SCALAR_BODY = ("unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+               "  out[i] = __float2half(alpha * __half2float(x[i]) + __half2float(y[i]));\n")
+SIGNATURE = "(const __half* x, const __half* y, __half* out, float alpha)"
+
+# The launched entry does the work with 16-bit accesses; an entry nobody launches holds the 128-bit ones.
+DECOY_ENTRY = ("#include <cuda_fp16.h>\n"
+               f'extern "C" __global__ void scale_add{SIGNATURE} {{\n  {SCALAR_BODY}}}\n'
+               f'extern "C" __global__ void decoy{SIGNATURE} {{\n'
+               "  unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+               "  ((uint4*)out)[i] = ((const uint4*)x)[i];\n}\n")
+
+
+def _profiled_n(arch: str) -> int:
+    part, prob, shape = grading.correctness_run(spec.load("lab1_roofline"), "build_scale_add", arch)
+    return int(prob.builder_args(shape)[0])
+
+
+# The 128-bit accesses in a branch never taken, and a trap at the one shape the grader profiles
+# (the kernel's grid there): before, a profiled run that failed was read statically instead.
+def _trap_at_profiled_shape(grid: int) -> str:
+    return ("#include <cuda_fp16.h>\n"
+            f'extern "C" __global__ void scale_add{SIGNATURE} {{\n'
+            f"  if (gridDim.x == {grid}u) __trap();\n"
+            "  if (alpha > 1.0e30f) {\n"
+            "    unsigned int v = blockIdx.x * blockDim.x + threadIdx.x;\n"
+            "    ((uint4*)out)[v] = ((const uint4*)x)[v];\n"
+            "    return;\n  }\n"
+            f"  {SCALAR_BODY}}}\n")
+
+
+def _forged_notebook(tmp_path, cell: str) -> str:
+    """The reference notebook with ``cell`` added as a module cell."""
+    from test_attacks import _extra_cell
+    d = tmp_path / "student"
+    d.mkdir()
+    with open(SOLUTION) as f:
+        (d / "lab1_roofline.ipynb").write_text(f.read())
+    return _extra_cell(str(d / "lab1_roofline.ipynb"), cell)
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+def test_gpu_a_decoy_entry_scores_nothing(tmp_path):
+    if not _counters_here():
+        pytest.skip("needs a GPU, Nsight Compute and root for the counters")
+    nb = _forged_notebook(tmp_path, _forging_lab1(DECOY_ENTRY, "scale_add"))
+    res = _b_build(nb)
+    assert res["b_correct"].verdict == report.PASSED, res["b_correct"].message      # the launched entry works
+    build = res["b_build"]
+    assert build.points == 0 and "executed (hardware counters" in build.message, build.message
+    assert "128-bit vector loads from global memory: MISSING" in build.message, build.message
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+def test_gpu_a_kernel_that_fails_at_the_profiled_shape_scores_nothing(tmp_path):
+    if not _counters_here():
+        pytest.skip("needs a GPU, Nsight Compute and root for the counters")
+    arch = hardware.detect().track
+    nb = _forged_notebook(tmp_path, _forging_lab1(_trap_at_profiled_shape(_profiled_n(arch) // 256), "scale_add"))
+    res = _b_build(nb)
+    assert 0 < res["b_correct"].points < res["b_correct"].max_points, res["b_correct"].message
+    build = res["b_build"]
+    assert build.points == 0, build.message
+    assert "not shown to execute: the kernel failed in the profiled correctness run" in build.message, build.message
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+def test_gpu_a_kernel_with_module_state_scores_nothing(tmp_path):
+    if not hardware.detect().present:
+        pytest.skip("needs a GPU")
+    counter = DECOY_ENTRY.split('extern "C" __global__ void decoy')[0].replace(
+        'extern "C"', '__device__ unsigned int launches;\nextern "C"').replace(
+        "  out[i] =", "  if (atomicAdd(&launches, 1u) >= 2u * gridDim.x * blockDim.x) return;\n  out[i] =")
+    nb = _forged_notebook(tmp_path, _forging_lab1(counter, "scale_add"))
+    res = run.check_lab("lab1_roofline", nb, inputs.PUBLIC_SEED, hardware.detect(),
+                        parts=["b_build", "b_correct", "b_speed"], progress=lambda m: None)
+    for r in res:
+        assert r.points == 0, (r.part, r.message)
+        assert "module-scope global memory (launches" in r.message, (r.part, r.message)

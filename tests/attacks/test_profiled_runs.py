@@ -1,0 +1,182 @@
+"""Profiled runs (grader/executed.py): many kernels in one run of ncu, and a kernel that fails
+under the profiler.
+
+A build part's mechanisms count on a GPU of its arch only when the profiler shows them executing.
+Two things follow, tested here on the CPU with a stand-in for ncu that plays the profiled
+process's part (it reads the jobs and answers with a source page and a line per job):
+
+- the kernels of several parts go through one run, each kernel's counters are its own (blocks
+  are taken in launch order and must carry the names the plan launches), and a kernel that fails
+  stops that run: the kernels after it are profiled again in a new one;
+- a kernel that fails in the profiled run (or does not build at its shape) is not a profiler that
+  could not run: nothing shows its mechanisms executing, so its arch scores nothing. Before this,
+  any failed profiled run fell back to the static reading, which a kernel could choose by failing
+  at the one shape the grader profiles.
+"""
+import json
+import os
+import sys
+import threading
+import time
+import types
+
+import pytest
+
+from grader import executed, grading, hardware, inputs, spec
+from grader.context import Context
+
+HEADER = ('"Address","Source","Instructions Executed","Thread Instructions Executed",'
+          '"Predicated-On Thread Instructions Executed"')
+
+# The stand-in for ncu: its last argument is the job folder (sandbox.trusted_command's). A launch
+# named crash* fails (the line says so and the process ends); one named lost* is left out of
+# the page; every other launch gets a block whose instructions name the launch and the job.
+FAKE_NCU = r'''
+import json, os, sys
+d = sys.argv[-1]
+jobs = json.load(open(os.path.join(d, "jobs.json")))
+with open(LOG, "a") as log:
+    log.write(json.dumps([ln["name"] for j in jobs for ln in j["plan"]["launches"]]) + "\n")
+out = open(os.path.join(d, "results.jsonl"), "a")
+for i, job in enumerate(jobs):
+    for ln in job["plan"]["launches"]:
+        if ln["name"].startswith("crash"):
+            out.write(json.dumps({"ok": False, "failed": True, "message": "CUDA error 715 (illegal instruction)"}) + "\n")
+            sys.exit(0)
+        if ln["name"].startswith("lost"):
+            continue
+        print('"Kernel Name","%s",' % ln["name"])
+        print(HEADER)
+        print('"0x7000","HGMMA.64x128x16 job%d","4","128","128"' % i)
+        print('"0x7010","@P0 UTMALDG.2D [UR8], [UR4]","4","128","0"')
+    out.write(json.dumps({"ok": True, "message": "job %d right" % i}) + "\n")
+'''
+
+
+@pytest.fixture
+def fake_ncu(tmp_path, monkeypatch):
+    script = tmp_path / "ncu.py"
+    log = tmp_path / "runs.log"
+    script.write_text(f"HEADER = {HEADER!r}\nLOG = {str(log)!r}\n" + FAKE_NCU)
+    exe = tmp_path / "ncu"
+    exe.write_text(f"#!/bin/sh\nexec {sys.executable} {script} \"$@\"\n")
+    exe.chmod(0o755)
+    monkeypatch.setattr(executed, "ncu_path", lambda: str(exe))
+    return lambda: [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+
+def job(*names):
+    plan = {"launches": [{"name": n} for n in names]}
+    return executed.Job(plan, b"\0", "// ptx", {"lab": "lab4_gemm", "part": "s1_correct"})
+
+
+def test_several_kernels_share_one_run_and_keep_their_own_counters(fake_ncu):
+    res = executed.profile_many([job("a"), job("b", "b"), job("c")])
+    assert fake_ncu() == [["a", "b", "b", "c"]]                      # one run of ncu for all
+    assert [r.sass is not None for r in res] == [True, True, True]
+    assert "job0" in res[0].sass and "job1" not in res[0].sass
+    assert "job1" in res[1].sass and "job2" in res[2].sass
+    assert all(r.batch == 3 and r.correct for r in res)
+    assert all("UTMALDG" not in r.sass for r in res)                  # predicated off: did not execute
+    assert (res[1].instructions, res[1].executed) == (2, 1)          # its two launches merged by name
+
+
+def test_a_kernel_that_fails_stops_the_run_and_the_kernels_after_it_run_again(fake_ncu):
+    res = executed.profile_many([job("a"), job("crash"), job("c")])
+    assert fake_ncu() == [["a", "crash", "c"], ["c"]]
+    assert res[0].sass is not None and "job0" in res[0].sass
+    assert res[1].failed and res[1].sass is None and "illegal instruction" in res[1].why
+    assert res[1].evidence.startswith("not shown to execute: the kernel failed in the profiled correctness run")
+    assert res[2].sass is not None and not res[2].failed
+
+
+def test_counters_are_taken_in_launch_order_and_must_match_the_plan(fake_ncu):
+    """A kernel missing from the page shifts nothing onto its neighbour: its block is not there,
+    and the next block carries another name."""
+    res = executed.profile_many([job("lost"), job("b")])
+    assert res[0].sass is None and "where the plan launches lost" in res[0].why
+    assert not res[0].failed
+
+
+def test_the_profiler_runs_only_between_the_profiled_process_own_start_and_stop(monkeypatch, tmp_path):
+    """ncu's command line: counters from cudaProfilerStart on (the profiled process brackets the
+    submitted kernel's launch with it), only the plan's kernels, as many launches as planned."""
+    seen = {}
+
+    def run(cmd, **kw):
+        seen["cmd"] = cmd
+        return types.SimpleNamespace(stdout="", stderr="", returncode=1)
+    monkeypatch.setattr(executed, "ncu_path", lambda: "/bin/ncu")
+    monkeypatch.setattr(executed.subprocess, "run", run)
+    res = executed.profile_many([job("k1", "k2")])
+    cmd = seen["cmd"]
+    assert cmd[cmd.index("--profile-from-start") + 1] == "off"
+    assert cmd[cmd.index("--kernel-name") + 1] == "regex:^(k1|k2)$"
+    assert cmd[cmd.index("--launch-count") + 1] == "2"
+    assert res[0].sass is None and not res[0].failed and "the profiled run failed (exit 1)" in res[0].why
+    src = open(os.path.join(os.path.dirname(executed.__file__), "profiled.py")).read()
+    assert src.index("torch.cuda.profiler.start()") < src.index("kernel(*prob.args") < src.index(
+        "torch.cuda.profiler.stop()")
+
+
+def test_requests_made_while_a_run_is_under_way_share_the_next_run(monkeypatch):
+    runs = []
+    started = threading.Event()
+
+    def profile_many(jobs):
+        runs.append([j.inputs["part"] for j in jobs])
+        started.set()
+        time.sleep(0.3)
+        return [executed.Executed("listing", batch=len(jobs)) for _ in jobs]
+    monkeypatch.setattr(executed, "profile_many", profile_many)
+    batcher = executed.Batcher()
+    mk = lambda p: executed.Job({"launches": []}, b"", "", {"part": p})   # noqa: E731
+    got = {}
+    first = threading.Thread(target=lambda: got.setdefault("a", batcher.profile(mk("a"))))
+    first.start()
+    started.wait(5)
+    later = [threading.Thread(target=lambda p=p: got.setdefault(p, batcher.profile(mk(p)))) for p in "bc"]
+    for t in later:
+        t.start()
+    for t in [first, *later]:
+        t.join(10)
+    assert runs[0] == ["a"] and sorted(runs[1]) == ["b", "c"] and len(runs) == 2
+    assert got["a"].batch == 1 and got["b"].batch == got["c"].batch == 2
+
+
+FAKE_H200 = hardware.Device(present=True, driver_name="NVIDIA H200", spec=hardware.SPECS["H200"], row_note="test",
+                            uuid="GPU-test", sm_count=132)
+
+
+@pytest.mark.parametrize("why", ["fails", "does not build"])
+def test_a_kernel_that_fails_in_the_profiled_run_scores_nothing_on_that_arch(monkeypatch, why):
+    from test_dead_code import DECOY_SOURCE, serve
+    serve(monkeypatch, DECOY_SOURCE, "decoy")          # every mechanism of b_build, launched
+    lab = spec.load("lab1_roofline")
+    ctx = Context(lab, lab.part("b_build"), inputs.PUBLIC_SEED, FAKE_H200)
+    module = types.SimpleNamespace(build_scale_add=lambda *a, **kw: None)
+    if why == "fails":
+        monkeypatch.setattr(executed.BATCHER, "profile", lambda job: executed.Executed(
+            None, "LaunchError: CUDA error 715 (illegal instruction)", correct=False, failed=True))
+    else:
+        from grader import build
+        real = build.compile_only
+
+        def compile_only(kernel, arch, want_sass=False, own_ptx=False):
+            if not want_sass:                          # the profiled shape's build
+                raise build.BuildError("ptxas: too much shared memory")
+            return real(kernel, arch, want_sass, own_ptx)
+        monkeypatch.setattr(build, "compile_only", compile_only)
+    out = grading.build_part(module, ctx)
+    assert out.fraction == 0, out.message               # the static sm_100a half is not trusted either
+    assert "mechanisms not shown to execute on this GPU (build_scale_add on sm_90a: the kernel failed" in out.message
+    assert "sm_90a: compiled; not shown to execute: the kernel failed in the profiled correctness run" in out.message
+    assert ("illegal instruction" if why == "fails" else "does not build at") in out.message
+    assert "sm_100a: compiled; static (launched entries only" in out.message
+
+
+def test_check_all_starts_the_longest_labs_first_on_a_gpu():
+    from grader import cli
+    order = sorted(spec.lab_names(), key=lambda lab: -cli._expected_length(lab, True))
+    assert set(order[:2]) == {"lab5_gemm_pipeline", "lab6_flash_attention"}, order
+    assert order[-1] in ("lab1_roofline", "lab2_tma", "lab3_layout_swizzle"), order
