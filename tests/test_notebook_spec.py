@@ -48,6 +48,21 @@ def test_graded_cells_match_the_spec(root, lab):
 
 
 @pytest.mark.parametrize("lab", LABS)
+def test_graded_cells_say_their_points_in_words_that_agree(root, lab):
+    """Each graded cell's comment names its part and its points as the spec has them ("1 point",
+    "2 points"), in the solution and in the student's version."""
+    parts = {p.id: p.points for p in spec.load(lab).parts}
+    for version in ("solutions", "assignments"):
+        with open(os.path.join(root, version, lab, spec.load(lab).notebook)) as f:
+            graded = _graded(json.load(f))
+        for grade_id, (_, src) in graded.items():
+            part = grade_id[len("test_"):]
+            pts = parts[part]
+            words = f"{pts:g} point" + ("" if pts == 1 else "s")
+            assert f"Graded cell for part {part} ({words}):" in src, (version, grade_id, src[:120])
+
+
+@pytest.mark.parametrize("lab", LABS)
 def test_graded_cells_grade_their_own_part(root, lab):
     for grade_id, (_, src) in _graded(_notebook(root, lab)).items():
         calls = [(fn, a, b) for fn, a, b in CALL.findall(src) if fn == "grade"]
