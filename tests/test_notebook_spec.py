@@ -103,10 +103,19 @@ def test_kernels_are_timed_the_graders_way(root, lab):
 
 
 def test_what_notebooks_and_the_readme_write_is_git_ignored(root):
-    """Plots the notebooks save beside themselves, and the README's results folders."""
+    """Plots the notebooks save beside themselves, and what the README's commands write (every path
+    a command line of the README names after --json, --gradescope, --out or as a folder of
+    submissions)."""
     if shutil.which("git") is None or not os.path.exists(os.path.join(root, ".git")):
         pytest.skip("not a git checkout")
     paths = ["results/lab1_roofline/alice/report.json", "results-slurm/lab1_roofline/tasks.json"]
+    with open(os.path.join(root, "README.md")) as f:
+        readme = f.read()
+    written = re.findall(r"--(?:json|gradescope|out) ([\w./-]+)", readme)
+    written += re.findall(r"--submission (submissions/[\w./-]+)", readme)
+    assert "grader-results/alice-lab1.json" in written and any(w.startswith("submissions/") for w in written), written
+    paths += [w.rstrip("/") + ("/x.json" if w.endswith("/") else "") for w in written
+              if not w.startswith(("F", "FILE", "DIR", "path/", "reports/")) and "<" not in w]   # reports/: the course's records
     for lab in LABS:
         for src in (_source(c) for c in _notebook(root, lab)["cells"] if c["cell_type"] == "code"):
             for name in re.findall(r"""["']([\w{}]+\.png)["']""", src):
