@@ -38,6 +38,12 @@ def cmd_check(args) -> int:
     print(f"Submission: {args.submission or 'reference solutions (solutions/)'}; inputs {inputs.seed_label(seed)}",
           flush=True)
     outputs = [os.path.dirname(os.path.abspath(p)) for p in (args.json, args.gradescope) if p]
+    try:                  # made now: a report folder that cannot be made fails before the grading, not after
+        for folder in outputs:
+            os.makedirs(folder, exist_ok=True)
+    except OSError as e:
+        print(f"error: cannot make the report's folder: {e}", file=sys.stderr)
+        return 2
     outputs += [os.path.abspath(p) for p in (args.hide or [])]
     try:
         level = sandbox.require_isolation(args.unsafe_no_sandbox)

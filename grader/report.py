@@ -207,6 +207,7 @@ def write_atomically(path: str, text: str) -> None:
     import os
     import tempfile
     folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".report-", dir=folder)
     try:
         with os.fdopen(fd, "w") as f:

@@ -1,4 +1,5 @@
 import json
+import os
 import re
 
 import pytest
@@ -113,3 +114,18 @@ def test_an_answer_of_the_wrong_kind_is_named():
     from grader import grading
     out = grading.grade_calls([grading.Call("f", lambda: "f(3)", lambda: "12", 12, lambda g, e: g == e)])
     assert out.fraction == 0 and "returned a string where a number is expected" in out.message
+
+
+@pytest.mark.slow
+def test_report_folders_that_do_not_exist_yet_are_made(tmp_path):
+    """The README's Gradescope example names a folder the course does not ship (grader-results/):
+    the reports go there, made at the start, rather than a crash after the grading."""
+    import subprocess
+    import sys
+    out = tmp_path / "grader-results" / "alice-lab1.json"
+    gs = tmp_path / "other" / "results.json"
+    proc = subprocess.run([sys.executable, "-m", "grader", "check", "lab1_roofline", "--part", "a_flops",
+                           "--json", str(out), "--gradescope", str(gs)], capture_output=True, text=True,
+                          cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert report.load_json(str(out))["points"] == 2 and gs.exists()
