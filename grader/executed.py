@@ -17,7 +17,17 @@ What runs where:
   (sandbox.trusted_command); it loads the grader's own cubin of the child's PTX through the CUDA
   driver (grader/launch.py: device code only, the validated launch plan), on inputs it makes
   itself. No byte of the student's runs on the CPU there.
-- ``ncu`` profiles only the kernels the plan launches (``--kernel-name``), each launch once.
+- ``ncu`` collects counters only between the profiled process's cudaProfilerStart and
+  cudaProfilerStop, which bracket the submitted kernel's launches (``--profile-from-start off``),
+  and only for the kernels the plan launches (``--kernel-name``), each launch once: no kernel of
+  torch's (the inputs, the reference) is ever read as the submission's, whatever its name.
+- Build parts that ask at about the same time share one run of ncu (:class:`Batcher`): one start
+  of ncu and of a Python process with torch for all their kernels. The launches are read back in
+  order, each against its own plan's kernel names.
+- A kernel that fails in the profiled run (it does not load, faults, or does not finish) is not a
+  machine that cannot profile: nothing shows its mechanisms executing, so its build part scores
+  nothing (``Executed.failed``); the kernels after it are profiled again in a new process (the
+  failed one took the CUDA context with it).
 - Counters need permission: root, or ``NVreg_RestrictProfilingToAdminUsers=0`` for the
   ``nvidia`` kernel module (in a container, also the capability the runtime gives for profiling,
   e.g. ``--cap-add SYS_ADMIN``). Where ``ncu`` is missing or the driver refuses the counters, the
