@@ -12,7 +12,8 @@ validated, the PTX assembled, the cubin launched through the CUDA driver) · gra
 toolkit of grading functions) · problems and runners (kernel problems declared once, graded by
 default runners) · labs (the labs' own grading functions) · dispatch (which function grades a
 part) · run (a lab's parts) · harness (the trusted GPU process) · report (schema, table,
-exporters) · notebook (helpers for notebook cells) · cli.
+exporters) · notebook (helpers for notebook cells) · hints (compiler errors in the course's
+words) · cli.
 
 Programs built on it, each a package: classroom (batch, Slurm, gradebook, nbgrader autograde),
 edition (the student edition), timeline (pipeline timelines of kernels).

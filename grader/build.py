@@ -165,7 +165,8 @@ def compile_only(kernel, arch: str, want_sass: bool = False, own_ptx: bool = Fal
     except BuildError:
         raise
     except Exception as e:  # noqa: BLE001 - a TIRx parse/lowering error is the student's verdict
-        raise BuildError(f"TIRx lowering for {arch} failed: {type(e).__name__}: {e}") from e
+        from . import hints          # a lowering TIRx could not find: a few lines, not TVM's table
+        raise BuildError(f"TIRx lowering for {arch} failed: {type(e).__name__}: {hints.explain(e) or e}") from e
     art = Artifacts(arch, src, ptx, plan=plan)
     art.cubin, art.ptxas_log = assemble(ptx, arch, src, target(arch))
     if want_sass:

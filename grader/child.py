@@ -92,7 +92,8 @@ def _run_cells(path: str, namespace: dict) -> list[str]:
             exec(compile(src, path, "exec"), namespace)
         except BaseException as e:  # noqa: BLE001 - any failure of a cell is reported, not fatal
             tb = traceback.format_exception(type(e), e, e.__traceback__, limit=-3)
-            errors.append(f"{label} raised {type(e).__name__}: {e}\n" + "".join(tb[-3:]))
+            said = _explained(e)             # a lowering TIRx could not find: its lines, not its table
+            errors.append(f"{label} raised {type(e).__name__}: {said or e}\n" + ("" if said else "".join(tb[-3:])))
     return errors
 
 
@@ -101,8 +102,13 @@ def _is_todo(e: BaseException) -> bool:
 
 
 def build_message(e: BaseException, keep: int = 40) -> str:
-    """A TIRx/TVM build error as the student needs it: TVM's own diagnostic (the kernel's lines,
-    the caret, the error) without the C++ and Python stacks that follow or precede it."""
+    """A TIRx/TVM build error as the student needs it: a lowering TIRx could not find, said in a
+    few lines with what the course does instead (grader/hints.py); else TVM's own diagnostic (the
+    kernel's lines, the caret, the error) without the C++ and Python stacks that follow or
+    precede it."""
+    said = _explained(e)
+    if said is not None:
+        return said
     text = str(e)
     lines = [ln for ln in text.splitlines()
              if not ln.lstrip().startswith(("File \"", "at ", "Traceback", "  File"))
@@ -112,6 +118,17 @@ def build_message(e: BaseException, keep: int = 40) -> str:
     if len(lines) > keep:
         out = "\n".join(lines[:keep // 2] + [f"[... {len(lines) - keep} lines ...]"] + lines[-keep // 2:])
     return out
+
+
+def _explained(e: BaseException) -> str | None:
+    """grader/hints.py's few lines for ``e`` (a TIRx dispatch failure), or None. The jail's course
+    copy holds the modules grader/sandbox.py lists (CHILD_MODULES): without hints.py there, TVM's
+    text is stripped as before."""
+    try:
+        from . import hints
+    except ImportError:
+        return None
+    return hints.explain(e)
 
 
 class Child:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from . import hardware, report, spec
+from . import hardware, hints, report, spec
 
 
 @dataclasses.dataclass
@@ -32,7 +32,8 @@ class Context:
                                       report.PARTIAL if frac > 0 else report.FAILED)
         return report.PartResult(self.lab.lab, self.part.id, self.part.title,
                                  round(frac * self.part.points, 4), self.part.points, verdict,
-                                 outcome.message, self.part.needs_gpu, outcome.measurements)
+                                 hints.same_for_every_arch(outcome.message), self.part.needs_gpu,
+                                 outcome.measurements)
 
     def error_result(self, verdict: str, message: str) -> report.PartResult:
         return report.PartResult(self.lab.lab, self.part.id, self.part.title, 0.0, self.part.points,

@@ -38,7 +38,7 @@ import time
 import traceback
 import types
 
-from . import hardware, inputs, report, spec, submission, toolchain, verdict
+from . import hardware, hints, inputs, report, spec, submission, toolchain, verdict
 from .context import Context
 
 _RESULTS: dict[tuple[str, str], report.PartResult] = {}
@@ -217,6 +217,9 @@ def describe_error(e: BaseException) -> str:
     text = _rename_cells(str(e).strip(), names)
     if isinstance(e, CellSyntaxError):
         return text
+    said = hints.explain(e)            # a lowering TIRx could not find: a few lines, not TVM's table
+    if said is not None:
+        return _rename_cells(said, names)
     if name == "DiagnosticError":
         return "your kernel does not parse (TIRx):\n" + text
     module = type(e).__module__ or ""
@@ -437,6 +440,8 @@ _KERNELS = _Kernels()
 toolchain.reuse_headers()
 # The notebook's setup cell imports this module: from then on each run's cell id is recorded.
 _Cells.watch(_shell())
+# A TIRx parse error that ends a script (a notebook run as one) prints its text, not TVM's note.
+hints.install_excepthook()
 
 
 def compile_kernel(prim_func):

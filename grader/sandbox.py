@@ -79,7 +79,7 @@ from . import channel
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 JAIL = os.path.join(REPO_ROOT, "grader", "jail.py")
 # The grader's modules the child needs (and a graded kernel may import: grader.timeline, a package).
-CHILD_MODULES = ("channel.py", "child.py", "toolchain.py", "devcode.py", "timeline")
+CHILD_MODULES = ("channel.py", "child.py", "hints.py", "toolchain.py", "devcode.py", "timeline")
 SCRATCH, COURSE = "/sandbox", "/course"
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/opt/conda")
 ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "nsswitch.conf", "passwd", "group", "localtime",
