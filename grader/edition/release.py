@@ -33,6 +33,15 @@ PATCHES = [
 ]
 
 
+# Parts that the course grader grades with a function of grader/labs/<lab>.py (a module the
+# edition leaves out) although the check needs nothing of the lab's references: the edition grades
+# them with a shipped function that makes the same check. (lab, part) -> "module:function".
+EDITION_CHECKS = {
+    ("lab4_gemm", "sass_hazard"): "grader.edition.sass:grade_sass",
+    ("lab5_gemm_pipeline", "sass_hazard"): "grader.edition.sass:grade_sass",
+}
+
+
 class ReleaseError(Exception):
     pass
 
@@ -142,7 +151,7 @@ def record_lab(lab: str, progress=print) -> dict:
             if recorder:
                 table["hand_recorded"].append(part.id)
             continue
-        target = _shipped_target(own.get(part.id))
+        target = _shipped_target(own.get(part.id)) or EDITION_CHECKS.get((lab, part.id))
         if target:
             table["shipped"][part.id] = target
         elif part.id not in own and part.id not in questions and _has_default_runner(lab, part):
@@ -202,6 +211,25 @@ def self_check(lab: str, table: dict, progress=print) -> None:
             table["course_grader_only"].append(part_id)
         else:
             raise ReleaseError(f"{lab}/{part_id}: the reference solution fails its recorded public cases: {why[:500]}")
+    for part_id, target in table["shipped"].items():
+        if (lab, part_id) not in EDITION_CHECKS:
+            continue                  # the course grader's own function, shipped as it is
+        ctx = _public_context(lab_spec, lab_spec.part(part_id))
+        try:
+            out = _shipped_function(target)(reference, ctx)
+            ok, why = out.fraction >= 1.0, out.message
+        except Exception as e:  # noqa: BLE001 - reported below
+            ok, why = False, f"{type(e).__name__}: {e}"
+        if not ok:
+            raise ReleaseError(f"{lab}/{part_id}: the reference solution fails the edition's check {target}: {why[:500]}")
+
+
+def _shipped_function(target: str):
+    module_name, _, qualname = target.partition(":")
+    fn = importlib.import_module(module_name)
+    for attr in qualname.split("."):
+        fn = getattr(fn, attr)
+    return fn
 
 
 # ---------------------------------------------------------------- what must not leak
@@ -335,8 +363,8 @@ users: `conda env create -f environment.yml`.
 3. Run each part's check cell as you go. It runs the part's public cases on your live code and
    prints its verdict when the part is right (a line, and a line per arch below it for a build
    check); otherwise it stops with what is wrong, said once.
-   Parts that need a GPU are skipped on a machine without one. A few parts say "checked by the
-   course grader (not in the student edition)": their checks need the course's reference code.
+   Parts that need a GPU are skipped on a machine without one; every other part is checked
+   here{course_only}.
    The locked graded cells are filled in by the course's autograder; run here, they do nothing.
 4. Check the saved notebook on the public cases, in the grader's own processes, with the
    notebook's last cell (`grade_notebook(...)`), or from a terminal (this edition has no hidden
@@ -405,6 +433,15 @@ def _labs_table() -> str:
     rows = ["| lab | topic |", "|---|---|"]
     rows += [f"| `{lab}` | {spec.load(lab).title} |" for lab in spec.lab_names()]
     return "\n".join(rows)
+
+
+def _course_only(tables: dict) -> str:
+    """The README's word on the parts the edition cannot check (none, as a rule)."""
+    parts = [f"`{lab}/{p}`" for lab, t in tables.items() for p in t["course_grader_only"]]
+    if not parts:
+        return ""
+    return (", except " + ", ".join(parts) + ", which say\n   \"checked by the course grader (not in the student"
+            " edition)\": their checks need the course's reference code")
 
 
 def _source_commit() -> str:
@@ -513,6 +550,19 @@ def _copy_grader(dest: str) -> None:
             f.write(STUB.format(lab=lab, title=spec.load(lab).title))
 
 
+def _check_shipped(dest: str, tables: dict) -> None:
+    """Every module whose function grades a part in the edition (``shipped`` in the tables) is in
+    the edition: a module git does not track yet is not copied, and its parts could not be checked."""
+    for lab, table in tables.items():
+        for part_id, target in table["shipped"].items():
+            rel = target.partition(":")[0].replace(".", os.sep)
+            if not (os.path.isfile(os.path.join(dest, rel + ".py"))
+                    or os.path.isfile(os.path.join(dest, rel, "__init__.py"))):
+                _clear(dest)
+                raise ReleaseError(f"{lab}/{part_id} is graded by {target}, but {rel}.py is not in the edition "
+                                   "(the edition ships the files git tracks: add it to the repository)")
+
+
 def _generated(rel: str) -> bool:
     """A figure a lecture's ``figures.py`` draws (``lectures/<lab>/generated/``; git-ignored)."""
     folders = rel.split(os.sep)[:-1]
@@ -572,6 +622,7 @@ def build_release(dest: str, force: bool = False, progress=print) -> dict:
     copy_tracked("assignments", dest)        # the notebooks as committed: no scratch file, no plot
     _copy_lectures(dest, progress)
     _copy_grader(dest)
+    _check_shipped(dest, tables)
     os.makedirs(os.path.join(dest, "grader", "public"), exist_ok=True)
     for lab, table in tables.items():
         with open(os.path.join(dest, "grader", "public", f"{lab}.json"), "w") as f:
@@ -581,7 +632,7 @@ def build_release(dest: str, force: bool = False, progress=print) -> dict:
         shutil.copy2(os.path.join(REPO_ROOT, f), os.path.join(dest, f))
     _patch(dest, progress)
     with open(os.path.join(dest, "README.md"), "w") as f:
-        f.write(STUDENT_README.format(labs=_labs_table()))
+        f.write(STUDENT_README.format(labs=_labs_table(), course_only=_course_only(tables)))
     with open(os.path.join(dest, ".gitignore"), "w") as f:
         f.write(GITIGNORE)
     with open(os.path.join(dest, MARKER), "w") as f:
