@@ -21,10 +21,8 @@ generators). In their place:
   (grader/edition/tables.py). A recorded part is graded from its table, with the comparison its
   lab uses; a part graded by code the edition ships (a default runner of grader/runners.py, which
   grader/dispatch.py falls back to, or a function of another shipped module) is graded by that
-  code; a part whose lab grades it with a function that needs none of the lab's references is
-  graded by a shipped function making the same check (``EDITION_CHECKS`` in release.py: Labs 4
-  and 5's ``sass_hazard``, by ``sass.py``); any other part answers "checked by the course grader
-  (not in the student edition)".
+  code (Labs 4 and 5's ``sass_hazard`` among them: grader/labs/build_checks.py); any other part
+  answers "checked by the course grader (not in the student edition)".
 
 Lecture figures that are drawn from the references (a ``figures.py`` importing ``grader.labs``)
 are shipped drawn, without their script. A few shared files are copied with small edits
@@ -33,8 +31,7 @@ reports a part the edition cannot check as skipped, as it reports any skipped pa
 finishes, the release scans the edition for solution lines and reference code and removes it if
 it finds any.
 
-Three modules: ``tables.py`` (the table format and grading from tables) and ``sass.py`` (the
-accumulator-hazard check) are shipped in the edition; ``release.py`` (recording the tables,
-writing the edition) stays with the instructors.
+Two modules: ``tables.py`` (the table format and grading from tables) is shipped in the edition;
+``release.py`` (recording the tables, writing the edition) stays with the instructors.
 """
 

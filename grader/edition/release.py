@@ -33,15 +33,6 @@ PATCHES = [
 ]
 
 
-# Parts that the course grader grades with a function of grader/labs/<lab>.py (a module the
-# edition leaves out) although the check needs nothing of the lab's references: the edition grades
-# them with a shipped function that makes the same check. (lab, part) -> "module:function".
-EDITION_CHECKS = {
-    ("lab4_gemm", "sass_hazard"): "grader.edition.sass:grade_sass",
-    ("lab5_gemm_pipeline", "sass_hazard"): "grader.edition.sass:grade_sass",
-}
-
-
 class ReleaseError(Exception):
     pass
 
@@ -151,7 +142,7 @@ def record_lab(lab: str, progress=print) -> dict:
             if recorder:
                 table["hand_recorded"].append(part.id)
             continue
-        target = _shipped_target(own.get(part.id)) or EDITION_CHECKS.get((lab, part.id))
+        target = _shipped_target(own.get(part.id))
         if target:
             table["shipped"][part.id] = target
         elif part.id not in own and part.id not in questions and _has_default_runner(lab, part):
@@ -211,25 +202,6 @@ def self_check(lab: str, table: dict, progress=print) -> None:
             table["course_grader_only"].append(part_id)
         else:
             raise ReleaseError(f"{lab}/{part_id}: the reference solution fails its recorded public cases: {why[:500]}")
-    for part_id, target in table["shipped"].items():
-        if (lab, part_id) not in EDITION_CHECKS:
-            continue                  # the course grader's own function, shipped as it is
-        ctx = _public_context(lab_spec, lab_spec.part(part_id))
-        try:
-            out = _shipped_function(target)(reference, ctx)
-            ok, why = out.fraction >= 1.0, out.message
-        except Exception as e:  # noqa: BLE001 - reported below
-            ok, why = False, f"{type(e).__name__}: {e}"
-        if not ok:
-            raise ReleaseError(f"{lab}/{part_id}: the reference solution fails the edition's check {target}: {why[:500]}")
-
-
-def _shipped_function(target: str):
-    module_name, _, qualname = target.partition(":")
-    fn = importlib.import_module(module_name)
-    for attr in qualname.split("."):
-        fn = getattr(fn, attr)
-    return fn
 
 
 # ---------------------------------------------------------------- what must not leak

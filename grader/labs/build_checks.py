@@ -1,12 +1,13 @@
 """Build parts that check more than the mechanisms in the SASS: the tensor maps of Lab 2's TMA
-kernels and the shared-memory staging of Lab 3's transposes. They hold no reference answer, so the student
+kernels, the shared-memory staging of Lab 3's transposes, and the wgmma accumulator hazard of
+Labs 4 and 5. They hold no reference answer, so the student
 edition ships this module and its check cells, ``check --public`` and ``compile`` all check these
 parts (grader/edition/release.py)."""
 from __future__ import annotations
 
 import re
 
-from .. import grading, inspect
+from .. import build, grading, hardware, inspect
 from ..context import Context, Outcome
 
 SWIZZLE_CODES = {0: "none", 1: "32B", 2: "64B", 3: "128B"}   # CUtensorMapSwizzle values
@@ -79,3 +80,63 @@ def transpose_build(module, ctx: Context) -> Outcome:
     """Lab 3: both transposes compile with their mechanisms, stage the tile in shared memory, and
     the swizzled one computes an XOR (each kernel once)."""
     return grading.build_part(module, ctx, staged_transpose)
+
+
+# ---------------------------------------------------------------- Labs 4 and 5: sass_hazard
+
+def _not_implemented(e: Exception) -> bool:
+    return isinstance(e, NotImplementedError) or "is not implemented yet" in str(e)
+
+
+def _builder(module, name: str, persistent: set, arch: str):
+    """The student's builder ``name``; a persistent one is given the SM count of the arch's
+    reference GPU (132 CTAs for sm_90a), as the course grader gives it."""
+    fn = grading.student(module, name)
+    if name not in persistent:
+        return fn
+    num_sms = hardware.SPECS[hardware.TRACK_DEFAULT[arch]].sm_count
+    return lambda *shape: fn(*shape, num_sms=num_sms)
+
+
+def accumulator_hazard(module, ctx: Context) -> Outcome:
+    """Labs 4 and 5, ``sass_hazard``: the SASS of the launched code of each Hopper kernel the part
+    names (compiled, no GPU) scanned for a wgmma accumulator read before its wait
+    (``inspect.accumulator_hazards``). A kernel without an early read earns its share of the
+    points; one kernel with an early read costs all of them (ptxas adds a missing wait by itself
+    in some kernels and not in others, so one clean kernel says little about the next). Builders
+    named in ``persistent`` are compiled for the arch's reference GPU (132 CTAs for sm_90a)."""
+    p = ctx.part.params
+    persistent = set(p.get("persistent", ()))
+    shares, lines, meas, todo = [], [], {}, []
+    for name, shape in zip(p["builders"], p["shapes"]):
+        try:
+            kernel = _builder(module, name, persistent, p["arch"])(*shape)
+            art = build.compile_only(kernel, p["arch"], want_sass=True)
+        except build.BuildError as e:
+            shares.append(0.0)
+            if _not_implemented(e):
+                todo.append(f"{name}: {str(e).splitlines()[0]}")
+                lines.append(f"{name}: not implemented")
+            else:
+                lines.append(f"{name}: does not build: {grading.explain_build_error(e)[:700]}")
+            continue
+        except Exception as e:  # noqa: BLE001 - a todo() left in one kernel; anything else is raised
+            if not _not_implemented(e):
+                raise
+            shares.append(0.0)
+            todo.append(f"{name}: {str(e).splitlines()[0]}")
+            lines.append(f"{name}: not implemented")
+            continue
+        if not art.sass:
+            raise RuntimeError("no SASS: cuobjdump was not found (install nvidia-cuda-cuobjdump)")
+        ok, msg, m = inspect.accumulator_hazards(inspect.launched_texts(art)["sass"])
+        shares.append(1.0 if ok else 0.0)
+        meas[name] = dict(m, evidence=inspect.STATIC)
+        lines.append(f"{name} {'x'.join(map(str, shape))}: {msg}")
+    if len(todo) == len(shares):
+        raise NotImplementedError(todo[0])
+    early = [line for line, name in zip(lines, p["builders"]) if meas.get(name, {}).get("early_reads")]
+    if early:
+        return Outcome(0.0, "accumulator hazard: " + " | ".join(early) + " | all kernels: " + " | ".join(lines),
+                       meas)
+    return Outcome(sum(shares) / len(shares), " | ".join(lines), meas)

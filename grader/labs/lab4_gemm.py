@@ -21,8 +21,9 @@ register while a wgmma may still be writing it.
 """
 from __future__ import annotations
 
-from .. import build, grading, inputs, inspect
-from ..context import Context, Outcome
+from .. import grading, inputs
+from ..context import Context
+from . import build_checks
 
 LAB = "lab4_gemm"
 SWIZZLE_CODES = {32: 1, 64: 2, 128: 3}     # the code TIRx's encode_matrix_descriptor takes
@@ -216,51 +217,6 @@ def grid_cases(ctx: Context) -> list[tuple]:
 
 # ---------------------------------------------------------------- the accumulator hazard in SASS
 
-def _not_implemented(e: Exception) -> bool:
-    return isinstance(e, NotImplementedError) or "is not implemented yet" in str(e)
-
-
-def grade_sass(module, ctx: Context) -> Outcome:
-    """A quarter of the points per clean kernel; none at all when any kernel reads an
-    accumulator early (ptxas often inserts the missing waits itself, so a misplaced wait shows
-    up in some kernels and not in others)."""
-    p = ctx.part.params
-    fracs, lines, meas, todo = [], [], {}, []
-    for name, shape in zip(p["builders"], p["shapes"]):
-        try:
-            builder = grading.student(module, name)
-            art = build.compile_only(builder(*shape), p["arch"], want_sass=True)
-        except build.BuildError as e:
-            if _not_implemented(e):
-                todo.append(f"{name}: {str(e).splitlines()[0]}")
-                fracs.append(0.0)
-                lines.append(f"{name}: not implemented")
-                continue
-            fracs.append(0.0)
-            lines.append(f"{name}: does not build: {grading.explain_build_error(e)[:700]}")
-            continue
-        except Exception as e:  # noqa: BLE001 - a todo() or a parse error in one kernel
-            if not _not_implemented(e):
-                raise
-            todo.append(f"{name}: {str(e).splitlines()[0]}")
-            fracs.append(0.0)
-            lines.append(f"{name}: not implemented")
-            continue
-        if not art.sass:
-            raise RuntimeError("no SASS: cuobjdump was not found (install nvidia-cuda-cuobjdump)")
-        ok, msg, m = inspect.accumulator_hazards(inspect.launched_texts(art)["sass"])   # the launched code only
-        fracs.append(1.0 if ok else 0.0)
-        meas[name] = dict(m, evidence=inspect.STATIC)
-        lines.append(f"{name} {'x'.join(map(str, shape))}: {msg}")
-    if len(todo) == len(fracs):
-        raise NotImplementedError(todo[0])
-    hazards = [ln for ln, name in zip(lines, p["builders"]) if name in meas and meas[name].get("early_reads")]
-    if hazards:   # a kernel that may read an unfinished accumulator is wrong, whatever the others do
-        return Outcome(0.0, "accumulator hazard: " + " | ".join(hazards) + " | all kernels: " + " | ".join(lines),
-                       meas)
-    return Outcome(sum(fracs) / len(fracs), " | ".join(lines), meas)
-
-
 def unsafe_cases(ctx: Context) -> list[tuple]:
     return [("unsafe", (ops,)) for ops in sync_cases(ctx)]
 
@@ -288,7 +244,7 @@ QUESTIONS = {   # CPU questions declared as data: graded by grading.grade_questi
 
 
 GRADERS = {
-    "sass_hazard": grade_sass,
+    "sass_hazard": build_checks.accumulator_hazard,
     # s1..s4_build_sm90/_sm100: the default build runner (grading.build_part);
     # s1..s4_correct, s3_speed and s4_speed: problem "gemm" (grader/problems.py), graded by
     # grader/runners.py with the builder of the GPU's track

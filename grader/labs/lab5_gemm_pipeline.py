@@ -40,11 +40,9 @@ for the arch's reference GPU, and checks them with Lab 4's accumulator-hazard sc
 """
 from __future__ import annotations
 
-import functools
-
-from .. import grading, hardware, inputs
-from ..context import Context, Outcome
-from . import lab4_gemm
+from .. import grading, inputs
+from ..context import Context
+from . import build_checks
 
 LAB = "lab5_gemm_pipeline"
 
@@ -322,27 +320,6 @@ def cluster_cases(ctx: Context) -> list[tuple]:
 
 # ---------------------------------------------------------------- the wgmma accumulator hazard
 
-class _WithSMCount:
-    """The submission as the SASS check sees it: the builders named in ``persistent`` are called
-    with ``num_sms``, everything else as it is."""
-
-    def __init__(self, module, persistent, num_sms: int):
-        self._module, self._persistent, self._num_sms = module, set(persistent), num_sms
-
-    def __getattr__(self, name: str):
-        fn = getattr(self._module, name)
-        return functools.partial(fn, num_sms=self._num_sms) if name in self._persistent else fn
-
-
-def grade_sass(module, ctx: Context) -> Outcome:
-    """Lab 4's SASS scan (grader/labs/lab4_gemm.py) over the Hopper steps: a share of the points
-    per clean kernel, none when any kernel reads an accumulator early. Persistent builders are
-    compiled for the arch's reference GPU (132 CTAs for sm_90a)."""
-    p = ctx.part.params
-    num_sms = hardware.SPECS[hardware.TRACK_DEFAULT[p["arch"]]].sm_count
-    return lab4_gemm.grade_sass(_WithSMCount(module, p.get("persistent", ()), num_sms), ctx)
-
-
 QUESTIONS = {   # CPU questions declared as data: graded by grading.grade_question (grader/dispatch.py)
     "a_ring": grading.Question(
         ring_cases,
@@ -367,7 +344,7 @@ QUESTIONS = {   # CPU questions declared as data: graded by grading.grade_questi
 }
 
 GRADERS = {
-    "sass_hazard": grade_sass,
+    "sass_hazard": build_checks.accumulator_hazard,
     # s5..s9_build_sm90/_sm100: grading.build_part; s5..s9_correct and the speed parts: problem
     # "gemm" (grader/problems.py), graded by grader/runners.py with the builder of the GPU's track
 }

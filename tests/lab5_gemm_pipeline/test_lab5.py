@@ -464,12 +464,26 @@ def test_correctness_runner_runs_the_tracks_shapes(track, builder, extra):
     assert seen == [(128, 256, 64, 7)] + [s + (7,) for s in extra]
 
 
-def test_the_sass_check_passes_num_sms_to_persistent_builders_only():
+def test_the_sass_check_passes_num_sms_to_persistent_builders_only(monkeypatch):
+    from grader import build
+    from grader.labs import build_checks
+    seen = []
+    monkeypatch.setattr(build, "compile_only", lambda kernel, arch, want_sass=False: seen.append(kernel) or
+                        types.SimpleNamespace(sass="", plan=None))
     module = types.SimpleNamespace(plain=lambda *a, **k: ("plain", a, k), persistent=lambda *a, **k: ("p", a, k))
-    view = L._WithSMCount(module, ["persistent"], 132)
-    assert view.plain(1, 2) == ("plain", (1, 2), {})
-    assert view.persistent(1, 2) == ("p", (1, 2), {"num_sms": 132})
-    assert LAB_SPEC.part("sass_hazard").params["persistent"] == [f"hopper_step{s}" for s in range(6, 10)]
+    part = LAB_SPEC.part("sass_hazard")
+    ctx = types.SimpleNamespace(part=types.SimpleNamespace(params={"builders": ["plain", "persistent"],
+                                                                  "shapes": [[1, 2], [1, 2]], "arch": "sm_90a",
+                                                                  "persistent": ["persistent"]}))
+    with pytest.raises(RuntimeError, match="no SASS"):
+        build_checks.accumulator_hazard(module, ctx)
+    assert seen == [("plain", (1, 2), {})]
+    seen.clear()
+    ctx.part.params["builders"] = ["persistent", "plain"]
+    with pytest.raises(RuntimeError, match="no SASS"):
+        build_checks.accumulator_hazard(module, ctx)
+    assert seen == [("p", (1, 2), {"num_sms": 132})]
+    assert part.params["persistent"] == [f"hopper_step{s}" for s in range(6, 10)]
 
 
 # ---------------------------------------------------------------- kernels: broken kernels lose their build part
