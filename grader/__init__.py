@@ -4,6 +4,7 @@ hardware (GPU table, detection) · spec (each lab's declared parts and threshold
 context (what a grading function is given) · inputs (seeded inputs) · compare (tolerances,
 mismatch reports) · timing (events, L2 flush, statistics, floor, clocks) · toolchain (the CUDA
 tools) · build (TIRx compilation, compile-only) · inspect (mechanism checks in SASS and PTX) ·
+ptxflow (the PTX analysis they read: functions, control flow, values traced to parameters) ·
 submission (notebook to module, line map, advice) · sandbox (the trust boundary: jailed
 children, trusted commands) · jail (the namespaces and allow-listed file system a child runs
 in) · child (its side) · channel (messages between processes) · remote (the grader's view of

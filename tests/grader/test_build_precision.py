@@ -12,7 +12,7 @@ import os
 import pytest
 from conftest import grade_with_builders, import_notebook
 
-from grader import build, inspect, report
+from grader import build, inspect, ptxflow, report
 
 # ---------------------------------------------------------------- serving a kernel to a build part
 
@@ -134,7 +134,7 @@ def test_multicast_loads_bound_the_count_by_the_ctas_of_their_mask(count, ok):
     plan = {"signature": [{"name": "A", "kind": "tensor", "shape": [64, 64], "dtype": "float16"}],
             "tensormaps": [dict(TMAP, rank=2, box=[64, 64], element_strides=[1, 1])],
             "launches": [dict(launch("k", [{"tensormap": 0}], 128), cluster=[2, 1, 1])]}
-    rep = inspect.tx_byte_counts({"ptx": MULTICAST_PTX.format(count=count), "plan": plan})
+    rep = ptxflow.tx_byte_counts({"ptx": MULTICAST_PTX.format(count=count), "plan": plan})
     assert (not rep.wrong) == ok, rep
     assert bool(rep.checked) == ok, rep
 
@@ -230,7 +230,7 @@ def test_every_input_must_be_read_with_128_bit_loads(monkeypatch):
 
 
 def test_accesses_belong_to_the_parameter_their_address_comes_from():
-    acc = inspect.tensor_accesses(texts_of(SCALE_ADD.replace("Y_WIDE", "0"), scale_add_plan()))
+    acc = ptxflow.tensor_accesses(texts_of(SCALE_ADD.replace("Y_WIDE", "0"), scale_add_plan()))
     assert {k: a.bits for k, a in acc["load"].items()} == {"X": {128: 1}, "Y": {16: 8}}
     assert {k: a.bits for k, a in acc["store"].items()} == {"OUT": {128: 1}}
 
@@ -334,7 +334,7 @@ def test_a_barrier_after_an_early_exit_is_not_a_hang():
     for arch in ("sm_90a", "sm_100a"):
         r = inspect.check("cta_barrier_uniform", texts_of(EARLY_EXIT, plan, arch))
         assert r.ok and "ok (1 bar.sync without a thread count;" in r.message, r.message
-        found, total, read = inspect.divergent_cta_barriers(texts_of(EARLY_EXIT, plan, arch))
+        found, total, read = ptxflow.divergent_cta_barriers(texts_of(EARLY_EXIT, plan, arch))
         assert (found, total, read) == ([], 1, True)
 
 

@@ -2,7 +2,7 @@
 prints them."""
 import pytest
 
-from grader import inspect
+from grader import inspect, ptxflow
 
 SASS = {
     "setmaxnreg_inc": ("        /*0120*/                   USETMAXREG.TRY_ALLOC.CTAPOOL 0xe8 ;", "USETMAXREG.DEALLOC.CTAPOOL 0x28 ;"),
@@ -121,7 +121,7 @@ def ring_ptx(loads: str, extra: str = "") -> str:
     ("%r11", 3),             # bar[stage] indexed at run time: the initialised barriers it can reach
 ])
 def test_ring_stages_are_the_barriers_tma_loads_complete_on(loads, stages):
-    r = inspect.ring_stages(ring_ptx(loads))
+    r = ptxflow.ring_stages(ring_ptx(loads))
     assert (r.stages, r.barriers) == (stages, 3), r
     assert inspect.check("mbarrier_ring", {"ptx": ring_ptx(loads)}).ok == (stages >= 2)
 
@@ -143,7 +143,7 @@ def test_a_two_stage_ring_with_one_mma_barrier_passes_and_one_buffer_fails():
 
 def test_ring_reads_instructions_not_comments():
     fake = "\t// cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%r22], [%rd1, {%r5, %r6}], [%r3];\n"
-    assert inspect.ring_stages(ring_ptx("%r2", extra=fake)).stages == 1
+    assert ptxflow.ring_stages(ring_ptx("%r2", extra=fake)).stages == 1
     inits = "".join(f"\tmbarrier.init.shared.b64 [%r{i}], %r9;\n" for i in range(8))
     assert not inspect.check("mbarrier_ring", {"ptx": inits}).ok       # barriers alone are no ring
 
@@ -211,7 +211,7 @@ def test_only_the_launched_entries_and_what_they_call_are_read():
 
 def test_ptx_instructions_drop_comments_strings_labels_and_directives():
     text = '.reg .b32 %r<4>;\nL1: add.s32 %r1, %r2, 3; // xor.b32 %r1\n{ .reg .pred p; mov.b32 %r3, 1; }\n.pragma "xor.b32";\n'
-    assert inspect.ptx_instructions(text) == ["add.s32 %r1, %r2, 3;", "mov.b32 %r3, 1;"]
+    assert ptxflow.ptx_instructions(text) == ["add.s32 %r1, %r2, 3;", "mov.b32 %r3, 1;"]
 
 
 DESCRIPTOR_SOURCE = """

@@ -134,3 +134,12 @@ def test_the_checks_see_a_planted_circle_and_a_planted_reach(tmp_path):
     assert any(b.startswith("grader.run imports grader.classroom.batch") for b in bad)
     assert any(b.startswith("grader.harness imports grader.labs.lab1_roofline") for b in bad)
     assert not any(b.startswith("grader.classroom.batch") for b in bad)      # a program may use the core
+
+
+def test_the_ptx_analysis_is_a_leaf_under_the_checks():
+    """grader/ptxflow.py (the PTX analysis) imports no grader module, and grader/inspect.py (the
+    mechanism checks) imports it: the checks read the analysis, never the reverse."""
+    graph = import_graph(module_sources())
+    assert "grader.ptxflow" in graph, "grader/ptxflow.py is missing"
+    assert graph["grader.ptxflow"] == set(), f"grader.ptxflow imports {sorted(graph['grader.ptxflow'])}"
+    assert "grader.ptxflow" in graph["grader.inspect"]
