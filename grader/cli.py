@@ -151,7 +151,8 @@ def _check_labs_in_parallel(labs: list[str], args, seed: int, gpu: bool):
 def _expected_length(lab: str, gpu: bool) -> float:
     """A lab's grading time, roughly: its GPU parts' time limits on a GPU (they hold the machine's
     GPU in turn), its CPU parts' elsewhere."""
-    return sum(p.timeout_s for p in spec.load(lab).parts if p.needs_gpu == gpu) + 1e-3 * len(spec.load(lab).parts)
+    parts = spec.load(lab).parts
+    return sum(p.timeout_s for p in parts if p.needs_gpu == gpu) + 1e-3 * len(parts)
 
 
 def cmd_generate(args) -> int:

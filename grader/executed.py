@@ -314,7 +314,7 @@ class Batcher:
                 try:
                     results = profile_many([j for j, _ in batch])
                 except BaseException as e:  # noqa: BLE001 - every waiting part gets the reason
-                    results = [Executed(None, f"the profiled run failed: {type(e).__name__}: {e}")] * len(batch)
+                    results = [Executed(None, f"the profiled run failed: {type(e).__name__}: {e}") for _ in batch]
                 for (_, s), r in zip(batch, results):
                     s["result"] = r
         return slot["result"]

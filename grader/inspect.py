@@ -77,7 +77,6 @@ SYNCS_ARRIVE = {
 }
 PTX_EXPECT_TX = re.compile(
     r"^[ \t]*(?:@!?%?\w+[ \t]+)?mbarrier\.(?:arrive(?:_drop)?\.expect_tx|expect_tx)\.[\w:.]*[ \t][^;]*;", re.M)
-PTX_MBARRIER_INIT = re.compile(r"^[ \t]*(?:@!?%?\w+[ \t]+)?mbarrier\.init\.[\w:.]*[ \t][^;]*;", re.M)
 # The swizzle argument of TVM's descriptor encoders (0 none, 1 32B, 2 64B, 3 128B, 4 128B with
 # 32-byte atomicity), in the generated CUDA source.
 DESCRIPTOR_CALLS = ("tvm_builtin_ptx_tcgen05_encode_matrix_descriptor", "ptx_wgmma_encode_matrix_descriptor")
