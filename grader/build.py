@@ -10,6 +10,7 @@ import subprocess
 import tempfile
 from typing import Any, Callable
 
+from . import spans
 from .toolchain import BuildError, configure_toolchain, nvrtc_options, nvrtc_ptx, target, tool
 
 
@@ -93,7 +94,8 @@ def assembled(ptx: str, arch: str) -> tuple[bytes, str]:
     key = (hashlib.sha256(ptx.encode()).hexdigest(), arch)
     if key not in _ASSEMBLED:
         try:
-            _ASSEMBLED[key] = launch.assemble(ptx, arch)
+            with spans.span("ptxas", arch=arch):
+                _ASSEMBLED[key] = launch.assemble(ptx, arch)
         except launch.AssemblyFailed as e:
             raise BuildError(str(e)) from None
     return _ASSEMBLED[key]

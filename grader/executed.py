@@ -48,6 +48,8 @@ import subprocess
 import tempfile
 import time
 
+from . import spans
+
 NCU_SECTION = ["--section", "SourceCounters", "--page", "source", "--print-source", "sass", "--csv"]
 REFUSED = ("ERR_NVGPUCTRPERM", "does not have permission", "Profiling is not supported")
 EXECUTED_COLUMN = "Predicated-On Thread Instructions Executed"
@@ -168,6 +170,7 @@ class Job:
     cubin: bytes
     ptx: str
     inputs: dict
+    gpu: str = ""           # the UUID of the GPU whose grading lock the run shares while it runs
 
 
 def profile(plan: dict, cubin: bytes, ptx: str, job: dict, timeout: float = PROFILE_TIMEOUT_S) -> Executed:
@@ -221,8 +224,9 @@ def _one_run(ncu: str, jobs: list[Job], timeout: float) -> list[Executed]:
         timed_out = False
         for attempt in range(PROFILE_ATTEMPTS):
             try:
-                with _one_profiler():
-                    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=limit, cwd=d, env=env)
+                with _one_profiler(jobs[0].gpu):
+                    with spans.span("ncu", kernels=len(jobs)):
+                        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=limit, cwd=d, env=env)
                 out, stdout, code = proc.stdout + "\n" + proc.stderr, proc.stdout, proc.returncode
             except subprocess.TimeoutExpired as e:
                 stdout = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
@@ -324,15 +328,24 @@ BATCHER = Batcher()
 
 
 @contextlib.contextmanager
-def _one_profiler():
+def _one_profiler(gpu: str):
     """One profiled run at a time on this machine (labs graded side by side would otherwise start
-    their profilers at once, and the driver refuses all but one)."""
+    their profilers at once, and the driver refuses all but one), sharing the GPU's grading lock
+    with correctness runs while it runs, never beside a timed kernel. The profiler is taken first:
+    a run waiting for it holds no GPU lock, so timed parts are not kept waiting behind it."""
     import fcntl
     from . import sandbox
     fd = os.open(os.path.join(sandbox.private_dir(), "profiler.lock"), os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW, 0o600)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
+        with spans.span("profiler_wait"):
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        with spans.span("gpu_lock_wait", mode="shared"):
+            shared = gpu_lock(gpu, exclusive=False)
+        try:
+            with spans.span("gpu_lock_held", mode="shared"):
+                yield
+        finally:
+            os.close(shared)
     finally:
         os.close(fd)
 

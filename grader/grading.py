@@ -11,7 +11,7 @@ import os
 import re
 from typing import Any, Callable
 
-from . import build, compare, executed, hardware, inspect, problems, timing
+from . import build, compare, executed, hardware, inspect, problems, spans, timing
 from .spec import builder_kwargs, by_track
 from .context import CaseFailed, Context, Outcome, Work  # noqa: F401 - Work: what a call must do
 
@@ -395,17 +395,15 @@ def prove_by_execution(builder, ctx, name: str, arch: str) -> executed.Executed 
     part, prob, shape = found
     kw = builder_kwargs(part.params, lambda: dev.sm_count)
     try:
-        art = build.compile_only(builder(*prob.builder_args(shape), **kw), arch)
+        with spans.span("profiled_build"):
+            art = build.compile_only(builder(*prob.builder_args(shape), **kw), arch)
     except build.BuildError as e:
         return executed.Executed(None, f"it does not build at {prob.describe(shape)}: {explain_build_error(e)}",
                                  correct=False, failed=True)
     job = {"lab": ctx.lab.lab, "part": part.id, "problem": prob.name, "shape": list(shape),
            "seed": ctx.seed, "case": 0}
-    fd = executed.gpu_lock(dev.uuid, exclusive=False)
-    try:                # parts asking at about the same time share one run of the profiler
-        res = executed.BATCHER.profile(executed.Job(art.plan, art.cubin, art.ptx, job))
-    finally:
-        os.close(fd)
+    with spans.span("profile"):     # parts asking at about the same time share one run of the profiler
+        res = executed.BATCHER.profile(executed.Job(art.plan, art.cubin, art.ptx, job, gpu=dev.uuid))
     res.message = f"{prob.describe(shape)} ({part.id}'s first case): {res.message}" if res.message else res.message
     return res
 

@@ -20,7 +20,7 @@ import threading
 import time
 from typing import Any
 
-from . import channel
+from . import channel, spans
 from .sandbox import ChildSession, SandboxFailure
 from . import sandbox as _sandbox
 
@@ -114,7 +114,8 @@ class ChildBackend:
         t0 = time.monotonic()
         self.generation += 1
         try:
-            self.session.start(self.import_timeout)
+            with spans.span("child_start"):
+                self.session.start(self.import_timeout)
         except SandboxFailure as e:
             self.import_failure, self.import_failure_class = self.relocate(str(e)), type(e)
             raise self.import_failure_class(self.import_failure) from None
@@ -126,7 +127,8 @@ class ChildBackend:
         left = self.deadline - time.monotonic()
         if left <= 0:
             raise SandboxFailure("the part's time limit ran out")
-        reply = self.session.request(msg, left)
+        with spans.span("child", op=msg.get("op"), name=msg.get("name")):
+            reply = self.session.request(msg, left)
         if "error" in reply:
             reply["message"] = self.relocate(str(reply.get("message", "")))
             reply["traceback"] = self.relocate(str(reply.get("traceback", "")))

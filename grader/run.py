@@ -32,7 +32,7 @@ import threading
 import time
 from typing import Callable
 
-from . import channel, dispatch, hardware, remote, report, sandbox, spec, submission, timing, verdict
+from . import channel, dispatch, hardware, remote, report, sandbox, spans, spec, submission, timing, verdict
 from .context import Context
 
 SOLUTIONS_DIR = os.path.join(sandbox.REPO_ROOT, "solutions")
@@ -104,9 +104,12 @@ class Harness:
         import fcntl
         name = GPU_LOCK.format("".join(c for c in gpu_id if c.isalnum() or c == "-") or "0")
         fd = os.open(os.path.join(sandbox.private_dir(), name), os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW, 0o600)
+        mode = "exclusive" if part.thresholds else "shared"
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX if part.thresholds else fcntl.LOCK_SH)
-            return self._grade(job, backend, part)
+            with spans.span("gpu_lock_wait", mode=mode):
+                fcntl.flock(fd, fcntl.LOCK_EX if part.thresholds else fcntl.LOCK_SH)
+            with spans.span("gpu_lock_held", mode=mode):
+                return self._grade(job, backend, part)
         finally:
             os.close(fd)
 
@@ -329,6 +332,11 @@ def check_lab(lab: str, submission_path: str | None, seed: int, device: hardware
         done_lock = threading.Lock()
 
         def grade_part(w: _Worker, part) -> None:
+            ahead_of = isinstance(part, _BuildAhead)
+            with spans.grading(lab, part.part.id if ahead_of else part.id, "build_ahead" if ahead_of else "part"):
+                graded(w, part)
+
+        def graded(w: _Worker, part) -> None:
             if isinstance(part, _BuildAhead):
                 t0 = time.monotonic()
                 _build_ahead(w, part, device.track)

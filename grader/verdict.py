@@ -48,7 +48,8 @@ _CHILD_MISSING = re.compile(r"(\w+)\(\) raised LookupError: the notebook defines
                             r"names of the skeleton(?:\n|$)")
 _TOOL_JAIL_FAILED = re.compile(r"(?:NVRTC compilation|ptxas) for \w+ failed: (jail: [^\n]*)\s*")
 _KNOWN_ERRORS = {"BuildFailed", "BuildError", "AssemblyFailed", "DiagnosticError", "TVMError", "InternalError",
-                 "StudentError", "HostCodeRefused", "CheckFailed"}
+                 "StudentError", "HostCodeRefused", "CheckFailed",
+                 "LaunchError", "PlanRejected", "AcceleratorError", "WrongTimedCall"}   # a kernel's failures on the GPU
 
 
 def grade_part(module, ctx: Context, lower: Callable | None = None,

@@ -196,6 +196,10 @@ def test_an_exception_after_a_hidden_case_or_in_a_labs_own_loop_shows_its_type_o
     assert "check cell" in out.message
     out = verdict.exception_result(_ctx("a_flops"), Leak("x"))
     assert "Leak_4096" not in out.message and "an exception of its own class" in out.message
+    # a kernel's failure on the GPU is named by the grader's or torch's type, still without its text
+    from grader import launch
+    out = verdict.exception_result(_ctx("a_flops"), launch.LaunchError("sync: CUDA error 719 for n=4096"))
+    assert "LaunchError" in out.message and "own class" not in out.message and "4096" not in out.message
     # public-only grading (a check cell, check --public) says everything
     out = verdict.exception_result(_ctx("a_flops", public_only=True), ValueError("bad kind 'gemm'"))
     assert out.message == "ValueError: bad kind 'gemm'"
