@@ -209,7 +209,7 @@ def _one_run(ncu: str, jobs: list[Job], timeout: float) -> list[Executed]:
             with open(os.path.join(d, f"kernel-{i}.ptx"), "w") as f:
                 f.write(job.ptx)
         with open(os.path.join(d, "jobs.json"), "w") as f:
-            json.dump([{**job.inputs, "plan": job.plan} for job in jobs], f)
+            json.dump([{**job.inputs, "plan": job.plan, "gpu_lock": gpu_lock_path(job.gpu)} for job in jobs], f)
         names = sorted({ln["name"] for job in jobs for ln in job.plan["launches"]})
         launches = sum(len(job.plan["launches"]) for job in jobs)
         regex = "regex:^(" + "|".join(_re_escape(n) for n in names) + ")$"
@@ -224,7 +224,7 @@ def _one_run(ncu: str, jobs: list[Job], timeout: float) -> list[Executed]:
         timed_out = False
         for attempt in range(PROFILE_ATTEMPTS):
             try:
-                with _one_profiler(jobs[0].gpu):
+                with _one_profiler():
                     with spans.span("ncu", kernels=len(jobs)):
                         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=limit, cwd=d, env=env)
                 out, stdout, code = proc.stdout + "\n" + proc.stderr, proc.stdout, proc.returncode
@@ -240,10 +240,12 @@ def _one_run(ncu: str, jobs: list[Job], timeout: float) -> list[Executed]:
                    "nvidia module option NVreg_RestrictProfilingToAdminUsers=0)")
             return [Executed(None, why) for _ in jobs]
         results = _results(d)
-        if timed_out and len(results) < len(jobs):
+        hang = f"the kernel did not finish in the profiled run ({limit:g} s under the profiler): does it hang?"
+        if timed_out and results and results[-1].get("ended"):
+            results[-1]["message"] = hang
+        elif timed_out and len(results) < len(jobs):
             # the kernel after the last one reported did not finish: that is the kernel's doing
-            results.append({"failed": True, "message": f"the kernel did not finish in the profiled run "
-                                                          f"({limit:g} s under the profiler): does it hang?"})
+            results.append({"failed": True, "message": hang})
         if not results:
             tail = "\n".join(out.strip().splitlines()[-8:])
             why = f"the profiled run failed (exit {code}): {tail[-1500:]}"
@@ -280,18 +282,28 @@ def _one_run(ncu: str, jobs: list[Job], timeout: float) -> list[Executed]:
 
 
 def _results(d: str) -> list[dict]:
-    """The profiled process's outcomes, one JSON line per job, in order (written as each finishes)."""
+    """The profiled process's outcomes, one JSON line per job, in order (written as each finishes).
+    A kernel marked as launching with no outcome after the mark ended the run: it failed."""
     try:
         with open(os.path.join(d, "results.jsonl")) as f:
             lines = f.read().splitlines()
     except OSError:
         return []
-    out = []
+    out, launching = [], None
     for line in lines:
         try:
-            out.append(json.loads(line))
+            rec = json.loads(line)
         except ValueError:
             break
+        if isinstance(rec, dict) and "launching" in rec:
+            launching = rec
+            continue
+        launching = None
+        out.append(rec)
+    if lines and launching is not None:     # the process ended while the kernel loaded or ran: the kernel's doing
+        out.append({"failed": True, "ended": True, "message": "the kernel ended the profiled run (a trap, a fault or an error "
+                                               "while it loaded or ran: the process was stopped before it could "
+                                               "report)"})
     return out
 
 
@@ -328,24 +340,19 @@ BATCHER = Batcher()
 
 
 @contextlib.contextmanager
-def _one_profiler(gpu: str):
+def _one_profiler():
     """One profiled run at a time on this machine (labs graded side by side would otherwise start
-    their profilers at once, and the driver refuses all but one), sharing the GPU's grading lock
-    with correctness runs while it runs, never beside a timed kernel. The profiler is taken first:
-    a run waiting for it holds no GPU lock, so timed parts are not kept waiting behind it."""
+    their profilers at once, and the driver refuses all but one). The GPU's grading lock is not
+    held here: the profiled process takes it, shared, around its own work on the GPU (inputs,
+    reference, the kernel, the check), not while Python, torch and ncu start, so a timed part of
+    another lab waits only for that work."""
     import fcntl
     from . import sandbox
     fd = os.open(os.path.join(sandbox.private_dir(), "profiler.lock"), os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW, 0o600)
     try:
         with spans.span("profiler_wait"):
             fcntl.flock(fd, fcntl.LOCK_EX)
-        with spans.span("gpu_lock_wait", mode="shared"):
-            shared = gpu_lock(gpu, exclusive=False)
-        try:
-            with spans.span("gpu_lock_held", mode="shared"):
-                yield
-        finally:
-            os.close(shared)
+        yield
     finally:
         os.close(fd)
 
@@ -357,12 +364,16 @@ def _re_escape(name: str) -> str:
 GPU_LOCK = "gpu-{}.lock"          # the grading lock of one GPU (its UUID), in the grader's private folder
 
 
-def gpu_lock(uuid: str, exclusive: bool) -> int:
+def gpu_lock_path(uuid: str) -> str:
+    """The file of the GPU's grading lock, in the grader's private folder."""
+    from . import sandbox
+    return os.path.join(sandbox.private_dir(), GPU_LOCK.format("".join(c for c in uuid if c.isalnum() or c == "-") or "0"))
+
+
+def gpu_lock(uuid: str, exclusive: bool, path: str | None = None) -> int:
     """Take the GPU's grading lock (shared by correctness runs, exclusive for timed runs) and
     return its file descriptor; closing it releases the lock."""
     import fcntl
-    from . import sandbox
-    name = GPU_LOCK.format("".join(c for c in uuid if c.isalnum() or c == "-") or "0")
-    fd = os.open(os.path.join(sandbox.private_dir(), name), os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW, 0o600)
+    fd = os.open(path or gpu_lock_path(uuid), os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW, 0o600)
     fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
     return fd

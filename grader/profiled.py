@@ -2,9 +2,10 @@
 own module path (sandbox.trusted_command). For each job of its folder, in order, it loads the
 grader's own cubin of a submitted kernel, makes the inputs and the reference itself, launches the
 kernel once between cudaProfilerStart and cudaProfilerStop (ncu counts nothing else), checks the
-output, and appends one line to ``results.jsonl``. A kernel that fails to load or to run ends the
-process there (its CUDA context is lost): its line says so, and the grader runs the jobs after it
-again. No byte of the student's runs on the CPU here."""
+output, and appends its outcome to ``results.jsonl``, after a line that marks the kernel as
+launching. A kernel that fails to load or to run ends the process there (its CUDA context is
+lost, or ncu ends the process): its line, or the mark without one, says so, and the grader runs
+the jobs after it again. No byte of the student's runs on the CPU here."""
 from __future__ import annotations
 
 import json
@@ -15,10 +16,14 @@ import sys
 def main(argv: list[str]) -> int:
     d = argv[0]
     import torch
-    from . import launch, problems, runners, timing
+    from . import executed, launch, problems, runners, timing
     with open(os.path.join(d, "jobs.json")) as f:
         jobs = json.load(f)
     torch.cuda.init()
+    # The GPU's grading lock, shared (as a correctness run's): from here on this process works on
+    # the GPU, and a timed part of another lab must not run beside it. Released when it ends.
+    if jobs:
+        executed.gpu_lock("", exclusive=False, path=jobs[0]["gpu_lock"])
     with open(os.path.join(d, "results.jsonl"), "a") as log:
         def record(**result) -> None:
             log.write(json.dumps(result) + "\n")
@@ -42,6 +47,9 @@ def main(argv: list[str]) -> int:
             except Exception as e:  # noqa: BLE001
                 record(ok=False, infrastructure=True, message=f"{type(e).__name__}: {e}")
                 return 0
+            # From here on, an end of this process without the kernel's line (ncu ends it when the
+            # kernel traps or faults) is the kernel's failure: grader/executed.py reads this mark.
+            record(launching=i)
             try:                          # the kernel's: loading, launching, running
                 kernel = launch.Kernel(job["plan"], cubin, ptx)
                 torch.cuda.profiler.start()

@@ -32,7 +32,7 @@ import threading
 import time
 from typing import Callable
 
-from . import channel, dispatch, hardware, remote, report, sandbox, spans, spec, submission, timing, verdict
+from . import build, channel, dispatch, hardware, remote, report, sandbox, spans, spec, submission, timing, verdict
 from .context import Context
 
 SOLUTIONS_DIR = os.path.join(sandbox.REPO_ROOT, "solutions")
@@ -145,7 +145,10 @@ class Harness:
                 return error(f"the GPU harness ended while running your kernel (exit {rc}: a crash in the kernel "
                              f"or the driver, e.g. an illegal memory access?) ({e})")
             if "need" in msg:
-                channel.send(self.sock, remote.serve_broker_request(backend, msg["need"]))
+                reply = remote.serve_broker_request(backend, msg["need"])
+                if isinstance(msg["need"], dict) and msg["need"].get("op") == "export":
+                    reply = build.with_cubin(reply, str(msg["need"].get("arch")))
+                channel.send(self.sock, reply)
             elif "hang" in msg:
                 self.close()
                 return error(f"timed out: a kernel did not finish within {part.params.get('hang_s', timing.HANG_S):g} s "
@@ -277,7 +280,7 @@ def _build_ahead(w: _Worker, job: _BuildAhead, arch: str) -> None:
     try:
         reply = w.backend.call(job.name, list(job.args), job.kwargs, keep_failure=True)
         if "kernel" in reply:
-            w.backend.export(int(reply["kernel"]), arch)
+            build.with_cubin(w.backend.export(int(reply["kernel"]), arch), arch)     # ptxas now, not under the GPU's lock
     except sandbox.SandboxFailure:
         pass
 

@@ -29,7 +29,8 @@ HEADER = ('"Address","Source","Instructions Executed","Thread Instructions Execu
           '"Predicated-On Thread Instructions Executed"')
 
 # The stand-in for ncu: its last argument is the job folder (sandbox.trusted_command's). A launch
-# named crash* fails (the line says so and the process ends); one named lost* is left out of
+# named crash* fails (the line says so and the process ends); one named trap* ends the process
+# after the job's launching mark, with no line of its own (as ncu does); one named lost* is left out of
 # the page; every other launch gets a block whose instructions name the launch and the job.
 FAKE_NCU = r'''
 import json, os, sys
@@ -39,7 +40,11 @@ with open(LOG, "a") as log:
     log.write(json.dumps([ln["name"] for j in jobs for ln in j["plan"]["launches"]]) + "\n")
 out = open(os.path.join(d, "results.jsonl"), "a")
 for i, job in enumerate(jobs):
+    out.write(json.dumps({"launching": i}) + "\n")
+    out.flush()
     for ln in job["plan"]["launches"]:
+        if ln["name"].startswith("trap"):      # ncu ends the process: no line of the kernel's own
+            sys.exit(9)
         if ln["name"].startswith("crash"):
             out.write(json.dumps({"ok": False, "failed": True, "message": "CUDA error 715 (illegal instruction)"}) + "\n")
             sys.exit(0)
@@ -86,6 +91,17 @@ def test_a_kernel_that_fails_stops_the_run_and_the_kernels_after_it_run_again(fa
     assert fake_ncu() == [["a", "crash", "c"], ["c"]]
     assert res[0].sass is not None and "job0" in res[0].sass
     assert res[1].failed and res[1].sass is None and "illegal instruction" in res[1].why
+    assert res[1].evidence.startswith("not shown to execute: the kernel failed in the profiled correctness run")
+    assert res[2].sass is not None and not res[2].failed
+
+
+def test_a_kernel_that_ends_the_run_without_a_word_failed_and_is_not_read_statically(fake_ncu):
+    """Under ncu a trap ends the whole process (exit 9, nothing written after the kernel's launch):
+    before, that run 'failed' as the grader's problem and the part fell back to the static reading."""
+    res = executed.profile_many([job("a"), job("trap"), job("c")])
+    assert fake_ncu() == [["a", "trap", "c"], ["c"]]
+    assert res[0].sass is not None and not res[0].failed
+    assert res[1].failed and res[1].sass is None and "ended the profiled run" in res[1].why
     assert res[1].evidence.startswith("not shown to execute: the kernel failed in the profiled correctness run")
     assert res[2].sass is not None and not res[2].failed
 

@@ -118,3 +118,30 @@ def test_in_fresh_thread_returns_or_raises_what_the_call_did_on_a_short_stack():
     with pytest.raises(KeyError) as e:
         build.in_fresh_thread(lambda: {}["missing"])
     assert e.value.args == ("missing",)
+
+
+def test_the_harness_gets_the_cubin_the_grading_process_assembled_once(monkeypatch):
+    """A kernel built ahead is assembled by the grading process before any part takes the GPU's
+    lock; the harness is given that cubin and runs no ptxas of its own for it."""
+    import base64
+    from grader import build, launch
+    runs = []
+
+    def fake_assemble(ptx, arch):
+        runs.append(ptx)
+        if "broken" in ptx:
+            raise launch.AssemblyFailed("ptxas: syntax error")
+        return b"CUBIN:" + ptx.encode(), "log"
+
+    monkeypatch.setattr(launch, "assemble", fake_assemble)
+    monkeypatch.setattr(build, "_ASSEMBLED", {})
+    reply = {"code": {"ptx": ".version 8.0 // kernel k", "plan": {}, "cuda_source": "", "arch": "sm_90a"}}
+    ahead = build.with_cubin(reply, "sm_90a")                 # built ahead: assembled here, once
+    served = build.with_cubin(reply, "sm_90a")                # the harness's request: from the cache
+    assert runs == [".version 8.0 // kernel k"]
+    assert base64.b64decode(served["code"]["cubin_b64"]) == b"CUBIN:.version 8.0 // kernel k" == \
+        base64.b64decode(ahead["code"]["cubin_b64"])
+    assert "cubin_b64" not in reply["code"]                    # the shared table's copy is left as it was
+    broken = {"code": {"ptx": "broken", "plan": {}}}
+    assert build.with_cubin(broken, "sm_90a") is broken       # the harness assembles it and reports the error
+    assert build.with_cubin({"error": "BuildFailed"}, "sm_90a") == {"error": "BuildFailed"}
