@@ -50,9 +50,9 @@ def summary(rows: list[dict]) -> str:
     held = _union([(s["start"], s["end"]) for s in rows if s["what"] == "gpu_lock_held" and s.get("mode") == "exclusive"])
     ncu = _union([(s["start"], s["end"]) for s in rows if s["what"] == "ncu"])
     wall = max(s["end"] for s in rows) - t0
-    out += ["", f"Wall time: {wall:.1f} s. The GPU held exclusively (timed parts, one at a time): {held:.1f} s; "
-                f"ncu running: {ncu:.1f} s; both are serial on one GPU, so their sum ({held + ncu:.1f} s) "
-                "is the least this run could take with these timed parts and profiles."]
+    out += ["", f"Wall time: {wall:.1f} s. The GPU held exclusively (timed parts, one at a time): {held:.1f} s. "
+                f"ncu running (one run at a time on the machine): {ncu:.1f} s, of which the profiled process holds "
+                "the GPU's shared lock only around its own GPU work. Child requests under 50 ms are not traced."]
     return "\n".join(out) + "\n"
 
 

@@ -253,7 +253,13 @@ def _one_run(ncu: str, jobs: list[Job], timeout: float) -> list[Executed]:
         try:
             blocks = parse_source_blocks(stdout)
         except ValueError as e:
-            return [Executed(None, str(e)) for _ in jobs]
+            k = next((i for i, r in enumerate(results) if r.get("failed")), None)
+            if k is None:
+                return [Executed(None, str(e)) for _ in jobs]
+            # A kernel that ended the run can leave its page cut off (a trap does): it failed all
+            # the same, and the kernels before it are profiled again in a run of their own.
+            failed = Executed(None, str(results[k].get("message", ""))[:1500], correct=False, failed=True)
+            return (profile_many(jobs[:k], timeout) if k else []) + [failed]
         done: list[Executed] = []
         for job, result in zip(jobs, results):
             if result.get("failed"):        # the kernel could not run: nothing shows its mechanisms executing

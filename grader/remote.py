@@ -127,7 +127,7 @@ class ChildBackend:
         left = self.deadline - time.monotonic()
         if left <= 0:
             raise SandboxFailure("the part's time limit ran out")
-        with spans.span("child", op=msg.get("op"), name=msg.get("name")):
+        with spans.span("child", min_s=0.05, op=msg.get("op"), name=msg.get("name")):
             reply = self.session.request(msg, left)
         if "error" in reply:
             reply["message"] = self.relocate(str(reply.get("message", "")))

@@ -4,7 +4,7 @@ span to it: what was done (``what``), for which lab and part, its start and end 
 the epoch), the process and the thread. Without it nothing is written and a span costs nothing.
 
 The spans are the phases a part waits on: a part as a whole, a child's start and each request to
-it (a builder's lowering, an export), the grader's own ptxas, the GPU's grading lock (waited for
+it of 50 ms or more (a builder's lowering, an export; a lab's many quick calls are left out), the grader's own ptxas, the GPU's grading lock (waited for
 and held, shared or exclusive), the machine's one profiler (waited for) and each run of ncu.
 ``python benchmarks/grading_timeline.py TRACE --out DIR`` draws them and sums them per lab.
 
@@ -39,7 +39,8 @@ def grading(lab: str, part: str, what: str = "part"):
 
 
 @contextlib.contextmanager
-def span(what: str, **fields):
+def span(what: str, min_s: float = 0.0, **fields):
+    """Write a span for the block, if tracing is on and it took at least ``min_s`` seconds."""
     path = os.environ.get(ENV)
     if not path:
         yield
@@ -48,6 +49,8 @@ def span(what: str, **fields):
     try:
         yield
     finally:
+        if time.time() - start < min_s:
+            return
         record = {"what": what, "start": round(start, 4), "end": round(time.time(), 4), "pid": os.getpid(),
                   "thread": threading.get_ident(), **(getattr(_where, "fields", None) or {}), **fields}
         try:        # one write per line, O_APPEND: lines of processes writing at once do not interleave
