@@ -1,0 +1,137 @@
+"""Lab 1, part b: the lecture teaches the first kernel and 16-byte vectorization on operations other
+than the graded scale-add (a leaky ReLU over fp16, a clamp over fp32), says what the graded kernel
+leaves to the student, and the notebook states the contract of ``build_scale_add`` without
+spelling out its code, its lane count or its grid."""
+import json
+import os
+import re
+
+import pytest
+
+from grader import spec
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LAB = "lab1_roofline"
+REGION = re.compile(r"### (BEGIN|END) SOLUTION")
+# Lines of the graded kernel that every 1-D streaming kernel of the course writes the same way.
+GENERIC = {"forvinT.unroll(VECS):", "tid=T.thread_id([THREADS])", "cta=T.cta_id([n//TILE])",
+           "TILE=THREADS*VECS*LANES", "THREADS=256", "VECS=4"}
+
+
+def _lecture():
+    with open(os.path.join(ROOT, "lectures", LAB, "index.md")) as f:
+        return f.read()
+
+
+def _code_blocks(markdown):
+    return re.findall(r"```python\n(.*?)```", markdown, re.S)
+
+
+def _cells(folder):
+    with open(os.path.join(ROOT, folder, LAB, spec.load(LAB).notebook)) as f:
+        return json.load(f)["cells"]
+
+
+def _source(cell):
+    return cell["source"] if isinstance(cell["source"], str) else "".join(cell["source"])
+
+
+def _kernel_cell(folder):
+    (cell,) = [c for c in _cells(folder) if c["metadata"].get("nbgrader", {}).get("grade_id") == "b_kernel"]
+    return _source(cell)
+
+
+def _squash(line):
+    return re.sub(r"\s+", "", line.split("#")[0])
+
+
+def _graded_lines():
+    """The statement lines of the reference build_scale_add (inside its solution regions), comments
+    and spaces dropped."""
+    lines, inside = set(), False
+    for line in _kernel_cell("solutions").splitlines():
+        if REGION.search(line):
+            inside = "BEGIN" in line
+            continue
+        if inside and _squash(line):
+            lines.add(_squash(line))
+    return lines
+
+
+def _section(text, title):
+    assert title in text, title
+    start = text.index(title)
+    level = title.split(" ")[0]
+    nxt = re.search(rf"^{level} ", text[start + len(title):], re.M)
+    return text[start:start + len(title) + (nxt.start() if nxt else len(text))]
+
+
+def test_no_lecture_code_block_is_the_graded_kernel():
+    blocks = _code_blocks(_lecture())
+    text = "\n".join(blocks)
+    for name in ("def build_scale_add(", "def scale_add(", "def build_scale_add_scalar("):
+        assert name not in text, name
+    for giveaway in ('"float16x8"', "alpha * T.Cast", "Y.vload(", "Y[i]"):
+        assert giveaway not in text, giveaway
+    graded = _graded_lines() - GENERIC
+    assert len(graded) >= 8, sorted(graded)        # the reading of the regions works
+    shown = {_squash(ln) for b in blocks for ln in b.splitlines()}
+    assert not graded & shown, sorted(graded & shown)
+
+
+def test_the_lecture_says_what_the_student_works_out_for_each_step():
+    text = _lecture()
+    asks = _section(text, "## What the lab asks you to do")
+    sub = _section(asks, "### What you work out yourself")
+    assert "build_scale_add" in sub
+    for step in ("**Sizes and grid.**", "**Loads.**", "**Compute.**", "**Stores.**"):
+        assert step in sub, step
+    flat = re.sub(r"\s+", " ", sub)
+    for decision in ("lane count", "65536", "Two inputs", "round to fp16 once", "128-bit loads *and* stores"):
+        assert decision in flat, decision
+
+
+def test_the_notebook_states_the_contract_without_the_code():
+    markdown = "\n".join(_source(c) for c in _cells("assignments") if c["cell_type"] == "markdown")
+    (part_b,) = [s for s in markdown.split("\n## ") if s.startswith("Part b")]
+    for contract in ("kernel(x, y, out, alpha)", "multiple of 65536", "128-bit", "0.90×", "What you work out yourself"):
+        assert contract in part_b, contract
+    given = _kernel_cell("assignments")
+    for text in (markdown, given):
+        for giveaway in ('dtype="float16x8"', "alpha * T.Cast", "v * THREADS + tid", "(v * THREADS", "LANES = 8",
+                         "T.cta_id(", "T.alloc_local(", ".vload(", ".vstore("):
+            assert giveaway not in text, giveaway
+    graded = _graded_lines() - GENERIC
+    assert not {_squash(ln) for ln in given.splitlines()} & graded
+
+
+def test_the_lecture_kernels_are_other_operations():
+    from test_thin_spots import lecture_kernels
+    mine = {(name, arch) for lab, name, arch, _ in lecture_kernels() if lab == LAB}
+    assert mine == {("leaky_relu", "sm_90a"), ("clamp", "sm_90a")}, mine
+
+
+@pytest.mark.slow
+def test_the_lecture_kernels_compile_to_what_the_lecture_says():
+    from test_thin_spots import _compile, lecture_kernels
+    kernels = {name: (arch, src) for lab, name, arch, src in lecture_kernels() if lab == LAB}
+
+    arch, src = kernels["leaky_relu"]
+    art = _compile(src, "leaky_relu", arch)
+    assert len(re.findall(r"ld\.global\.nc\.u16", art.ptx)) == 1      # X[i] twice in the CUDA, one load
+    assert art.cuda_source.count("X_ptr[") >= 2
+    assert "st.global.u16" in art.ptx and "cvt.rn.f16.f32" in art.ptx
+    assert "LDG.E.U16.CONSTANT" in art.sass and "STG.E.U16" in art.sass and ".128" not in art.sass
+
+    arch, src = kernels["clamp"]
+    for target in (arch, "sm_100a"):
+        art = _compile(src, "clamp", target)
+        assert len(re.findall(r"\bLDG\.E\.128\b", art.sass)) == 4, target
+        assert len(re.findall(r"\bSTG\.E\.128\b", art.sass)) == 4, target
+        assert "LDL" not in art.sass and "STL" not in art.sass, target
+        assert art.plan["launches"][0]["grid"] == [256, 1, 1] and art.plan["launches"][0]["block"] == [256, 1, 1]
+    art = _compile(src, "clamp", arch)
+    assert len(re.findall(r"ld\.global\.nc\.v4\.f32", art.ptx)) == 4 and len(re.findall(r"st\.global\.v4\.f32", art.ptx)) == 4
+    assert len(re.findall(r"\bFMNMX\b", art.sass)) == 32
+    offsets = re.findall(r"LDG\.E\.128\S*\s+R\d+, desc\[\w+\]\[R\d+\.64(?:\+(0x[0-9a-f]+))?\]", art.sass)
+    assert sorted(int(o or "0", 16) for o in offsets) == [0, 4096, 8192, 12288], offsets

@@ -1,0 +1,111 @@
+"""Lab 5, steps 5 and 7: the lecture teaches the ring of stages and warp specialization on a
+problem other than the graded GEMM, says what the graded steps leave to the student, and the
+notebook states the contract of the graded builders without spelling out their code."""
+import json
+import os
+import re
+
+import pytest
+from test_thin_spots import _compile, lecture_kernels
+
+from grader import spec
+from grader.edition import release
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LAB = "lab5_gemm_pipeline"
+GRADED = ("hopper_step5", "blackwell_step5", "hopper_step7", "blackwell_step7")
+
+
+def _lecture():
+    with open(os.path.join(ROOT, "lectures", LAB, "index.md")) as f:
+        return f.read()
+
+
+def _cells(folder):
+    with open(os.path.join(ROOT, folder, LAB, spec.load(LAB).notebook)) as f:
+        return json.load(f)["cells"]
+
+
+def _code_blocks(markdown):
+    return re.findall(r"```python\n(.*?)```", markdown, re.S)
+
+
+def _graded_lines():
+    """The statement lines of the graded reference kernels of steps 5 and 7 that are specific to
+    the GEMM's ring (waits, releases, loads, wgmma groups), stripped of comments and spaces."""
+    inside, _ = release.regions(os.path.join(ROOT, "solutions", LAB, spec.load(LAB).notebook))
+    lines = set()
+    for region in inside:
+        for ln in region.splitlines():
+            code = re.sub(r"\s+", "", ln.split("#")[0])
+            if re.search(r"try_wait|mbarrier\.arrive|copy_async\(A|copy_async\(Asmem|wait_group\(1\)|"
+                         r"\.wait\(|\.arrive\(|wgmma_k_tile\(", code):
+                lines.add(code)
+    return lines
+
+
+def test_no_lecture_code_block_spells_out_the_graded_ring():
+    """The old annotated step-7 listing (producer loop on the A and B tiles, consumer wgmma group,
+    release of the previous stage) is gone; no lecture block defines a graded builder."""
+    blocks = _code_blocks(_lecture())
+    text = "\n".join(blocks)
+    for name in GRADED:
+        assert f"def {name}(" not in text, name
+    squashed = {re.sub(r"\s+", "", ln.split("#")[0]) for b in blocks for ln in b.splitlines()}
+    assert not {ln for ln in _graded_lines() if len(ln) > 30} & squashed, \
+        sorted({ln for ln in _graded_lines() if len(ln) > 30} & squashed)
+    for giveaway in ("issue_wgmmas(", "(slot + STAGES - 1) % STAGES", "Bs[slot, :, :], B[n0:n0 + 128",
+                     "freed.arrive(cons.stage)", "Tx.gemm_async(acc[:, 0:128], As[cons.stage"):
+        assert giveaway not in text, giveaway
+
+
+def test_the_lecture_says_what_steps_5_and_7_leave_to_the_student():
+    lecture = _lecture()
+    asks = lecture[lecture.index("## What the lab asks"):lecture.index("## Self-check")]
+    assert "### What you work out yourself" in asks
+    section = asks[asks.index("### What you work out yourself"):]
+    for step, builders in (("**Step 5**", ("hopper_step5", "blackwell_step5")),
+                           ("**Step 7**", ("hopper_step7", "blackwell_step7"))):
+        assert step in section, step
+        for b in builders:
+            assert b in section, b
+    flat = re.sub(r"\s+", " ", section)
+    for decision in ("wait_group(1)", "asynchronous", "tcgen05.commit", "grouped order", "named barrier",
+                     "PRODUCER_REGS", "ring_sumsq"):
+        assert decision in flat, decision
+
+
+def test_the_notebook_states_the_contract_without_the_schedule():
+    for folder in ("solutions", "assignments"):
+        cells = _cells(folder)
+        md = {"".join(c["source"]).split("\n")[0]: "".join(c["source"]) for c in cells if c["cell_type"] == "markdown"}
+        step5, step7 = md["## Step 5: a ring of stages"], md["## Step 7: warp specialization"]
+        for text in (step5, step7):
+            assert "**What to build.**" in text and "**What the grader checks.**" in text
+            assert "ring_sumsq" in text and "What you work out yourself" in text
+        flat5 = re.sub(r"\s+", " ", step5)
+        for schedule in ("hands the stage of the group before it back", "loads the K tile three ahead",
+                         "peel the last K tile"):
+            assert schedule not in flat5, schedule
+        code = {c["source"][0] if c["source"] else "": "".join(c["source"]) for c in cells if c["cell_type"] == "code"}
+        docs = "\n".join(v for k, v in code.items() if re.match(r"def (hopper|blackwell)_step[57]\(", k))
+        flat = re.sub(r"\s+", " ", docs)
+        for schedule in ("waits only for the MMA of tile k-1", "Thread 0 keeps the TMA loads",
+                         "acc_empty[2] MBarrier"):
+            assert schedule not in flat, schedule
+
+
+@pytest.mark.slow
+def test_the_lecture_ring_compiles_to_a_warp_specialized_ring_on_sm_90a():
+    found = {name: (arch, src) for lab, name, arch, src in lecture_kernels() if lab == LAB}
+    arch, src = found["ring_sumsq"]
+    assert arch == "sm_90a"
+    art = _compile(src, "ring_sumsq", arch)
+    assert "__launch_bounds__(256, 1)" in art.cuda_source
+    assert "USETMAXREG.DEALLOC" in art.sass and "USETMAXREG.TRY_ALLOC" in art.sass
+    assert "UTMALDG.2D" in art.sass and "SYNCS.PHASECHK.TRANS64.TRYWAIT" in art.sass
+    assert "mbarrier.try_wait.parity" in art.ptx and "mbarrier.arrive.expect_tx" in art.ptx
+    assert "wgmma" not in art.ptx                      # a different consumer: no tensor-core MMA
+    # the conventions the lecture states: producer phase 1, consumer phase 0, one fill of 16 KB
+    assert "ring[1] = 1" in src and "ring[1] = 0" in src and "TILE_BYTES = ROWS * COLS * 2" in src
+    assert "init(empty.ptr_to([st]), 128)" in src
