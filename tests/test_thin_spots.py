@@ -186,8 +186,11 @@ def test_the_lectures_complete_kernels_are_the_ones_listed():
     assert {(lab, name, arch) for lab, name, arch, _ in lecture_kernels()} == {
         ("lab5_gemm_pipeline", "two_roles", "sm_90a"), ("lab5_gemm_pipeline", "handshake", "sm_90a"),
         ("lab5_gemm_pipeline", "pair_tile", "sm_100a"), ("lab5_gemm_pipeline", "ring_sumsq", "sm_90a"),
-        ("lab6_flash_attention", "turns", "sm_90a"),
-        ("lab1_roofline", "leaky_relu", "sm_90a"), ("lab1_roofline", "clamp", "sm_90a")}
+        ("lab6_flash_attention", "turns", "sm_90a"), ("lab6_flash_attention", "lse_pairs", "sm_90a"),
+        ("lab1_roofline", "leaky_relu", "sm_90a"), ("lab1_roofline", "clamp", "sm_90a"),
+        ("lab2_tma", "add_relu_tile", "sm_90a"), ("lab2_tma", "downcast_stream", "sm_90a"),
+        ("lab3_layout_swizzle", "row_sums", "sm_90a"),
+        ("lab4_gemm", "relu_tile", "sm_100a"), ("lab4_gemm", "frag_dump", "sm_90a")}
 
 
 @pytest.mark.slow

@@ -1,0 +1,143 @@
+"""Lab 2 teaches its mechanisms on problems other than the graded ones.
+
+The lecture's complete kernels (a fused add and ReLU of two bf16 tiles, and a persistent fp32 to
+bf16 stream through a ring) must compile for sm_90a to the TMA, mbarrier and bulk-group
+instructions the graded kernels need, without being the graded problem (one fp16 64 x 128 tile,
+`alpha * x + beta`). The notebook states the contract of parts d and e and points to the lecture,
+without spelling out the graded calls; the lecture lists what the student works out."""
+import json
+import linecache
+import os
+import re
+
+import pytest
+
+from grader import build, spec
+from grader.labs.build_checks import maps_of_plan
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LAB = "lab2_tma"
+LECTURE = os.path.join(ROOT, "lectures", LAB, "index.md")
+PRELUDE = """
+import tvm
+from tvm.script import tirx as T
+from tvm.script.tirx import tile as Tx
+from tvm.backend.cuda.tile_primitive.tma_utils import mma_shared_layout, SwizzleMode
+from tvm.tirx.layout import TileLayout, S, TLane, TCol, tid_in_wg
+from tvm.backend.cuda.lang.pipeline import TMABar, TCGen05Bar, MBarrier, PipelineState
+from tvm.backend.cuda.lang.tile_scheduler import ClusterPersistentScheduler2D
+"""
+COMPILES = re.compile(r"```python\n(# Compiles as it is for (sm_\w+)[^\n]*\n.*?)```", re.S)
+# The calls of the graded reference kernels that the old notebook text spelled out.
+GRADED_CALLS = ["move_base_to", "mbarrier.init", "fence.mbarrier_init", "arrive.expect_tx(", "try_wait",
+                "fence.proxy_async", "commit_group", "wait_group", "bar.sync", "Tx.copy(", "ptr_to",
+                "cta_sync", "mbarrier.arrive("]
+
+
+def _lecture():
+    with open(LECTURE) as f:
+        return f.read()
+
+
+def _cells(folder):
+    with open(os.path.join(ROOT, folder, LAB, spec.load(LAB).notebook)) as f:
+        return json.load(f)["cells"]
+
+
+def _section(text, title):
+    start = text.index(title)
+    level = re.match(r"#+", title).group(0)
+    rest = text[start + len(title):]
+    end = re.search(rf"^{level} ", rest, re.M)
+    return rest[:end.start()] if end else rest
+
+
+def _kernels():
+    return {re.search(r"@T\.prim_func\ndef (\w+)\(", block).group(1): (arch, block)
+            for block, arch in COMPILES.findall(_lecture())}
+
+
+def _compile(name):
+    arch, source = _kernels()[name]
+    text, filename = PRELUDE + source, f"<lecture kernel {name}>"
+    linecache.cache[filename] = (len(text), None, text.splitlines(True), filename)
+    ns = {}
+    exec(compile(text, filename, "exec"), ns)
+    return build.compile_only(ns[name], arch, want_sass=True)
+
+
+def test_no_lecture_kernel_is_the_graded_problem():
+    blocks = re.findall(r"```python\n(.*?)```", _lecture(), re.S)
+    kernels = [b for b in blocks if "T.prim_func" in b or "copy_async" in b]
+    assert len(kernels) >= 2
+    for block in kernels:
+        assert "build_tma_tile" not in block and "build_tma_stream" not in block
+        assert not re.search(r"def (tma_tile|tma_stream)\(", block)
+        # the graded tile: fp16, 64 x 128
+        assert not ('"float16"' in block and re.search(r"\b64,\s*128\b", block)), block[:300]
+        assert "alpha" not in block
+
+
+def test_the_lecture_lists_what_each_graded_step_leaves_to_the_student():
+    text = _lecture()
+    asks = _section(text, "## What the lab asks")
+    assert "### What you work out yourself" in asks
+    own = _section(asks, "### What you work out yourself")
+    assert "build_tma_tile" in own and "build_tma_stream" in own
+    assert "Part d" in own and "Part e" in own
+    assert len(re.findall(r"^- ", own, re.M)) >= 8
+    # the sections the notebook points to, and the one grader/hints.py names
+    for title in ("## The round trip in TIRx", "## A ring of stages", "## Storing with TMA",
+                  "## Thread barriers", "## Swizzling, the 128-byte inner box and 3D boxes"):
+        assert title in text, title
+
+
+@pytest.mark.parametrize("folder", ["solutions", "assignments"])
+def test_the_notebook_states_the_contract_without_the_graded_calls(folder):
+    cells = _cells(folder)
+    for part, grade_id in (("## Part d", "d_kernel"), ("## Part e", "e_kernel")):
+        md = next("".join(c["source"]) for c in cells
+                  if c["cell_type"] == "markdown" and "".join(c["source"]).startswith(part))
+        assert "Contract" in md or "contract" in md
+        assert "lecture" in md
+        for call in GRADED_CALLS:
+            assert call not in md, (part, call)
+        code = next("".join(c["source"]) for c in cells
+                    if c.get("metadata", {}).get("nbgrader", {}).get("grade_id") == grade_id)
+        comments = "\n".join(ln for ln in code.splitlines() if ln.strip().startswith("#"))
+        for call in GRADED_CALLS:
+            assert call not in comments, (grade_id, call)
+
+
+def test_the_round_trip_example_compiles_to_tma_load_store_and_expect_tx():
+    assert _kernels()["add_relu_tile"][0] == "sm_90a"
+    art = _compile("add_relu_tile")
+    ptx = art.ptx
+    assert len(re.findall(r"cp\.async\.bulk\.tensor\.2d\.shared::cluster\.global\S*complete_tx", ptx)) == 2
+    assert re.search(r"cp\.async\.bulk\.tensor\.2d\.global\.shared::cta", ptx)
+    assert "mbarrier.arrive.expect_tx" in ptx and "fence.proxy.async" in ptx
+    assert ptx.count("ld.shared.v4") == 8 and ptx.count("st.shared.v4") == 4
+    assert "arrive_expect_tx_shared((&(((uint64_t*)pool_buf_ptr)[0])), 32768)" in art.cuda_source
+    assert art.sass.count("UTMALDG.2D") == 2 and "UTMASTG.2D" in art.sass
+    maps = maps_of_plan(art.plan)
+    assert sorted(m["tensor"] for m in maps) == ["OUT", "X", "Y"]
+    assert all(m["rank"] == 2 and m["box_dims"] == (64, 128) and m["swizzle"] == 3 for m in maps)
+
+
+def test_the_ring_example_compiles_to_a_persistent_producer_consumer_stream():
+    assert _kernels()["downcast_stream"][0] == "sm_90a"
+    art = _compile("downcast_stream")
+    src, ptx = art.cuda_source, art.ptx
+    assert re.search(r"cp\.async\.bulk\.tensor\.3d\.shared::cluster\.global\S*complete_tx", ptx)
+    assert re.search(r"cp\.async\.bulk\.tensor\.2d\.global\.shared::cta", ptx)
+    assert "cp.async.bulk.wait_group.read 2" in ptx and "cp.async.bulk.wait_group 0" in ptx
+    assert src.count("tvm_builtin_ptx_bar_sync(1, 128)") == 2
+    # the loops over a CTA's tiles run on the GPU, and the parities are the lecture's
+    assert src.count("for (int it") == 2
+    assert "(((it % 6) / 3) ^ 1)" in src and "((it_1 % 6) / 3)" in src
+    assert "mbarrier_init((&(((uint64_t*)pool_buf_ptr)[3])), 128)" in src
+    assert "UTMALDG.3D" in art.sass and "UTMASTG.2D" in art.sass
+    maps = {m["tensor"]: m for m in maps_of_plan(art.plan)}
+    assert maps["X"]["rank"] == 3 and maps["X"]["box_dims"] == (32, 64, 2)
+    assert maps["OUT"]["rank"] == 2 and maps["OUT"]["box_dims"] == (64, 64)
+    assert all(m["swizzle"] == 3 for m in maps.values())

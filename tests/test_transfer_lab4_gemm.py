@@ -1,0 +1,167 @@
+"""Lab 4, steps 1 to 4: the lecture teaches the one-tile MMA on other tiles (a 128 x 64 tile with
+K = 32 and the 64-byte swizzle: a ReLU epilogue on Blackwell, an unplaced register dump on Hopper),
+says what each graded step leaves to the student, and the notebook states the contract of the
+graded kernels without spelling out their code."""
+import json
+import os
+import re
+
+import pytest
+from test_thin_spots import _compile, lecture_kernels
+
+from grader import spec
+from grader.edition import release
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LAB = "lab4_gemm"
+GRADED = tuple(f"{track}_step{s}" for s in range(1, 5) for track in ("hopper", "blackwell"))
+STEP_HEADS = ("## Step 1: one tile", "## Step 2: the K loop", "## Step 3: a grid of CTAs", "## Step 4: TMA")
+
+
+def _lecture(root=ROOT):
+    with open(os.path.join(root, "lectures", LAB, "index.md")) as f:
+        return f.read()
+
+
+def _cells(folder, root=ROOT):
+    with open(os.path.join(root, folder, LAB, spec.load(LAB).notebook)) as f:
+        return json.load(f)["cells"]
+
+
+def _code_blocks(markdown):
+    return re.findall(r"```python\n(.*?)```", markdown, re.S)
+
+
+def _squash(line):
+    return re.sub(r"\s+", "", line.split("#")[0])
+
+
+def _graded_mma_lines(root=ROOT):
+    """The statement lines of the graded reference kernels that issue, wait for or read back the
+    MMA, or load and store the tiles, stripped of comments and spaces."""
+    inside, _ = release.regions(os.path.join(root, "solutions", LAB, spec.load(LAB).notebook))
+    keys = (r"gemm_async|mma_async|encode_matrix_descriptor|try_wait|copy_async|Tx\.cta\.copy|"
+            r"vstore|Tx\.copy\(|expect_tx|tcgen05\.commit")
+    return {_squash(ln) for ln in inside if re.search(keys, ln) and len(_squash(ln)) > 20}
+
+
+def check_no_lecture_block_gives_the_graded_kernels(root=ROOT):
+    blocks = _code_blocks(_lecture(root))
+    text = "\n".join(blocks)
+    for name in GRADED:
+        assert f"def {name}(" not in text, name
+    assert "def one_tile(" not in text
+    squashed = {_squash(ln) for b in blocks for ln in b.splitlines()}
+    same = _graded_mma_lines(root) & squashed
+    assert not same, sorted(same)
+    for giveaway in ("SWIZZLE_128B_ATOM, (128, 64)", "(128, 128) : (1@TLane, 1@TCol)", "n_cols=128",
+                     "Tx.gemm_async(acc[:, :], As[:, :], Bs[:, :]", "M=WGMMA_M, N=BLK_N",
+                     "wgmma_acc_coord(tid"):
+        assert giveaway not in text, giveaway
+
+
+def check_the_lecture_says_what_each_step_leaves_to_the_student(root=ROOT):
+    lecture = _lecture(root)
+    asks = lecture[lecture.index("## Lab outline"):lecture.index("## Self-check")]
+    assert "### What you work out yourself" in asks
+    section = re.sub(r"\s+", " ", asks[asks.index("### What you work out yourself"):])
+    for step in range(1, 5):
+        assert f"**Step {step}**" in section, step
+        for track in ("hopper", "blackwell"):
+            assert f"{track}_step{step}" in section, (track, step)
+    for decision in ("relu_tile", "frag_dump", "128-byte swizzle", "wgmma_desc_fields(128)", "m64n128k16",
+                     "TMEM columns", "wgmma_acc_coord", "float16x2", "accum", "parity", "wait_group(0)",
+                     "grid's extent", "byte count of one phase", "relative to the tile", "own phase"):
+        assert decision in section, decision
+
+
+def check_the_notebook_states_the_contract_without_the_code(root=ROOT):
+    for folder in ("solutions", "assignments"):
+        cells = _cells(folder, root)
+        md = {"".join(c["source"]).split("\n")[0]: "".join(c["source"]) for c in cells if c["cell_type"] == "markdown"}
+        steps = [md[h] for h in STEP_HEADS]
+        for text in steps:
+            assert "**What to build.**" in text and "**What the grader checks.**" in text
+        flat1 = re.sub(r"\s+", " ", steps[0])
+        assert "relu_tile" in flat1 and "frag_dump" in flat1 and "What you work out yourself" in flat1
+        flat = re.sub(r"\s+", " ", "\n".join(steps))
+        for code in ("M=WGMMA_M, N=BLK_N", "acc[h * ACC + j]", "tmem[:, :BLK_N]", "accum=(k != 0)",
+                     "accum=False", "flip it with", "A[rows, cols]", "mbar=tma_bar.ptr_to([0])",
+                     "for each of the two m64 halves and each of the four k16 steps", "(BLK_M + BLK_N)",
+                     "pair.vload([0], dtype=\"float16x2\")", "m_st = bx · 128"):
+            assert code not in flat, code
+        kernels = ["".join(c["source"]) for c in cells if c["cell_type"] == "code"
+                   and re.match(r"def (hopper|blackwell)_step[1-4]\(", "".join(c["source"]))]
+        assert len(kernels) == 8
+        comments = "\n".join(ln for k in kernels for ln in k.splitlines() if ln.strip().startswith("#"))
+        for code in ("2 halves x 4 k16 steps", "m64n128k16", "fence, sync -> one TMA store",
+                     "one elected thread issues the MMA and commits it to mma_bar",
+                     "accumulate its product, wait, sync", "wait with the right parity"):
+            assert code not in comments, code
+
+
+def test_no_lecture_code_block_gives_the_graded_kernels():
+    check_no_lecture_block_gives_the_graded_kernels()
+
+
+def test_the_lecture_says_what_each_graded_step_leaves_to_the_student():
+    check_the_lecture_says_what_each_step_leaves_to_the_student()
+
+
+def test_the_notebook_states_the_contract_without_the_code():
+    check_the_notebook_states_the_contract_without_the_code()
+
+
+def _listing(name):
+    found = {n: (arch, src) for lab, n, arch, src in lecture_kernels() if lab == LAB}
+    return found[name]
+
+
+@pytest.mark.slow
+def test_the_lecture_relu_tile_is_a_128x64_tcgen05_mma_with_64_tmem_columns_on_sm_100a():
+    arch, src = _listing("relu_tile")
+    assert arch == "sm_100a"
+    art = _compile(src, "relu_tile", arch)
+    assert len(re.findall(r"tcgen05\.mma\.cta_group::1\.kind::f16", art.ptx)) == 2     # K = 32: two k16 steps
+    assert len(re.findall(r"\bUTCHMMA\b", art.sass)) == 2 and "UTCATOMSWS" in art.sass
+    idesc = int(re.search(r"mov\.b32\s+%r\d+, (\d+);\s*\n(?:.*\n){0,8}?\s*tcgen05\.mma", art.ptx).group(1))
+    assert ((idesc >> 17) & 0x3F) * 8 == 64 and ((idesc >> 24) & 0x1F) * 16 == 128   # N = 64, M = 128
+    assert re.search(r"tcgen05_alloc_cta_group_1\(\(&\(\(\(uint\*\)\w+\)\[0\]\)\), 64\)", art.cuda_source)
+    assert re.search(r"tcgen05_dealloc_cta_group_1\([^;]*, 64\);", art.cuda_source)
+    # the operand descriptors: SBO 32 (512-byte atoms of the 64-byte swizzle), TIRx's code 2
+    descs = re.findall(r"tcgen05_encode_matrix_descriptor\(\(&\(\w+\[0\]\)\), [^;]*, (\d+), (\d+), (\d+)\);",
+                       art.cuda_source)
+    assert descs and set(descs) == {("0", "32", "2")}, descs
+    assert "tcgen05.ld.sync.aligned.32x32b.x64.b32" in art.ptx
+    assert len(re.findall(r"max(\.ftz)?\.f32", art.ptx)) == 64                        # the ReLU
+
+
+@pytest.mark.slow
+def test_the_lecture_frag_dump_is_four_m64n64k16_wgmmas_on_sm_90a():
+    arch, src = _listing("frag_dump")
+    assert arch == "sm_90a"
+    art = _compile(src, "frag_dump", arch)
+    assert len(re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n64k16\.f32\.f16\.f16", art.ptx)) == 4
+    assert len(re.findall(r"\bHGMMA\.64x64x16\.F32\b", art.sass)) == 4
+    assert "WARPGROUP.DEPBAR.LE gsb0, 0x0" in art.sass
+    descs = re.findall(r"ptx_wgmma_encode_matrix_descriptor\(\(&\(\w+\[0\]\)\), .*?, (\d+), (\d+), (\d+)\);",
+                       art.cuda_source)
+    assert len(descs) == 8 and set(descs) == {("1", "32", "2")}, descs
+    assert len(re.findall(r"st\.global\.f32", art.ptx)) == 64                          # 64 registers, unplaced
+
+
+def test_the_checks_fail_on_the_old_texts(tmp_path):
+    """The lecture and notebooks as they were (a Blackwell listing of the graded step 1 with new
+    names, the Hopper MMA spelled out in the notebook) fail every check above."""
+    import subprocess
+    for path in (f"lectures/{LAB}/index.md", f"solutions/{LAB}/{LAB}.ipynb", f"assignments/{LAB}/{LAB}.ipynb"):
+        old = subprocess.run(["git", "show", f"d12940a:{path}"], cwd=ROOT, capture_output=True, text=True)
+        if old.returncode:
+            pytest.skip("the old texts are not in this checkout's history")
+        os.makedirs(tmp_path / os.path.dirname(path), exist_ok=True)
+        (tmp_path / path).write_text(old.stdout)
+    for check in (check_no_lecture_block_gives_the_graded_kernels,
+                  check_the_lecture_says_what_each_step_leaves_to_the_student,
+                  check_the_notebook_states_the_contract_without_the_code):
+        with pytest.raises(AssertionError):
+            check(str(tmp_path))

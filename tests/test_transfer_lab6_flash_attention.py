@@ -1,0 +1,169 @@
+"""Lab 6, steps 2 to 5: the lecture teaches the TIRx of the attention kernels on neighbouring
+problems (a packed load of a head-major Q, the conditional reference of a row shared by two
+lanes, a relay of three warpgroups on named barriers, a bias written into tensor memory), says
+per graded step what the student works out, and the notebook states the contract of the graded
+builders without spelling out their schedule."""
+import json
+import os
+import re
+
+import pytest
+from test_thin_spots import PRELUDE, _compile, lecture_kernels
+
+from grader import spec
+from grader.edition import release
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LAB = "lab6_flash_attention"
+STEPS = {2: ("hopper_attn_step2", "blackwell_attn_step2"), 3: ("hopper_attn_step3", "blackwell_attn_step3"),
+         4: ("hopper_attn_step4", "blackwell_attn_step4"), 5: ("hopper_attn_step5", "blackwell_attn_step5")}
+
+
+def _lecture():
+    with open(os.path.join(ROOT, "lectures", LAB, "index.md")) as f:
+        return f.read()
+
+
+def _cells(folder):
+    with open(os.path.join(ROOT, folder, LAB, spec.load(LAB).notebook)) as f:
+        return json.load(f)["cells"]
+
+
+def _code_blocks(markdown):
+    return re.findall(r"```python\n(.*?)```", markdown, re.S)
+
+
+def _squash(line):
+    return re.sub(r"\s+", "", line.split("#")[0])
+
+
+def _solution_lines():
+    """The statement lines of the graded reference kernels, without comments and spaces, less the
+    calls with constant arguments only (`T.ptx.tcgen05.wait.st()`), which name the API."""
+    inside, _ = release.regions(os.path.join(ROOT, "solutions", LAB, spec.load(LAB).notebook))
+    return {_squash(ln) for ln in inside if len(_squash(ln)) > 30 and not release.trivial(ln)}
+
+
+def test_no_lecture_code_block_is_a_graded_kernel_with_new_names():
+    """The old fragments (the packed Q load of the graded [B, S, H, D] layout, the softmax
+    thread's threshold-8 update, P into TMEM before the PV MMA, the two-consumer ping-pong) are
+    gone, no block defines a graded builder, and no code line of the lecture is one of the
+    reference solution's."""
+    blocks = _code_blocks(_lecture())
+    text = "\n".join(blocks)
+    for builders in STEPS.values():
+        for name in builders:
+            assert f"def {name}(" not in text, name
+    assert "def _fa4(" not in text
+    squashed = {_squash(ln) for b in blocks for ln in b.splitlines()}
+    assert not _solution_lines() & squashed, sorted(_solution_lines() & squashed)
+    for giveaway in ("Qsmem.view(POS, GROUP, HEAD_DIM)", "tile * POS:(tile + 1) * POS, hkv * GROUP",
+                     "if gap < -8.0:", "scale[0] = T.ptx.exp2(gap)", "p_ready.arrive(0)",
+                     "Tx.wg.copy_async(p_tmem", "T.ptx.bar.arrive(TURN + 1 - wg, 256)",
+                     "(wg == 0) | (step < 3)", "T.ptx.bar.arrive(TURN + 0, 256)"):
+        assert giveaway not in text, giveaway
+
+
+def test_the_lecture_shows_the_variants_and_keeps_the_calls():
+    lecture = _lecture()
+    blocks = _code_blocks(lecture)
+    load = next(b for b in blocks if b.startswith("# Head-major Q"))
+    assert "Qtile.view(GRP, SPAN, HEAD_DIM)" in load and "Qh[b, hkv * GRP:(hkv + 1) * GRP, tile * SPAN" in load
+    assert "T.ptx.mbarrier.arrive.expect_tx(" in load
+    kernels = {name: src for lab, name, arch, src in lecture_kernels() if lab == LAB}
+    assert set(kernels) == {"turns", "lse_pairs"}
+    assert 'T.cuda.warp_reduce(hi[0], "max", 2)' in kernels["lse_pairs"] and "JUMP = 4.0" in kernels["lse_pairs"]
+    assert "T.warpgroup_id([3])" in kernels["turns"] and "RELAY + (g + 1) % 3" in kernels["turns"]
+    bias = next(b for b in blocks if "bias_in.arrive(0)" in b)
+    for call in ("Tx.wg.copy_async(acc_tmem", "T.ptx.tcgen05.wait.st()", "T.ptx.tcgen05.fence.before_thread_sync()",
+                 "T.ptx.tcgen05.fence.after_thread_sync()", "Tx.gemm_async("):
+        assert call in bias, call
+
+
+def test_the_lecture_says_what_each_step_leaves_to_the_student():
+    lecture = _lecture()
+    asks = lecture[lecture.index("## What the lab asks"):lecture.index("## Self-check")]
+    assert "### What you work out yourself" in asks
+    section = asks[asks.index("### What you work out yourself"):]
+    for step, builders in STEPS.items():
+        assert f"**Step {step}**" in section, step
+        for b in builders:
+            assert b in section, b
+    flat = re.sub(r"\s+", " ", section)
+    for decision in ("quad", "thread $r$ holds all of row $r$", "log2 units", "ring_sumsq", "PINGPONG_STAGES",
+                     "turns", "threshold 8", "K_SPLIT", "exp2_fma", "head-major", "packed_row",
+                     "T.floordiv", "gqa_pack"):
+        assert decision in flat, decision
+
+
+def test_the_notebook_states_the_contract_without_the_schedule():
+    for folder in ("solutions", "assignments"):
+        cells = _cells(folder)
+        md = {"".join(c["source"]).split("\n")[0]: "".join(c["source"]) for c in cells if c["cell_type"] == "markdown"}
+        for head in ("## Step 2: one query tile", "## Step 3: a producer and a ring",
+                     "## Step 4: ping-pong and conditional rescaling", "## Step 5: causal blocks and GQA packing"):
+            text = md[head]
+            assert "**What to build.**" in text and "**What the grader checks.**" in text, head
+            assert "What you work out yourself" in re.sub(r"\s+", " ", text), head
+        flat4 = re.sub(r"\s+", " ", md["## Step 4: ping-pong and conditional rescaling"])
+        assert "issues `O += P·V` of its previous block together with" not in flat4
+        assert "The PV MMA is split" not in flat4
+        code = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "code"
+                         and re.search(r"def (hopper|blackwell)_attn_step[2-5]\(", "".join(c["source"])))
+        docs = re.sub(r"\s+", " ", "\n".join(re.findall(r'"""(.*?)"""', code, re.S)))
+        for schedule in ("K_{j+1} is requested as soon as", "thread 0 waits for K_j", "K0, K1, V0, K2",
+                         "Consumer 0 goes first", "consumer 1 skips the hand-over", "interleaves PV_0",
+                         "p_o_ready / p2_ready", "processes them last-to-first", "kv_empty[ST]",
+                         "wait k_full, S = Q_c K_j^T", "A turn issues the QK^T product",
+                         "row r = position p0 + r // pack"):
+            assert schedule not in docs, schedule
+        assert docs.count('What you work out yourself", step') == 8
+
+
+@pytest.mark.slow
+def test_the_lecture_variants_compile_to_what_the_lecture_says():
+    kernels = {name: (arch, src) for lab, name, arch, src in lecture_kernels() if lab == LAB}
+    arch, src = kernels["lse_pairs"]
+    assert arch == "sm_90a"
+    art = _compile(src, "lse_pairs", arch)
+    assert "MUFU.EX2" in art.sass and "MUFU.LG2" in art.sass and "SHFL.BFLY" in art.sass
+    assert "BAR.SYNC" not in art.sass and "wgmma" not in art.ptx
+
+    arch, src = kernels["turns"]
+    art = _compile(src, "turns", arch)
+    assert "__launch_bounds__(384)" in art.cuda_source
+    assert "BAR.ARV" in art.sass and "VOTE.ANY" in art.sass
+    assert re.search(r"BAR\.SYNC\S* R\d+, 0x100", art.sass)          # the id is in a register, 256 threads
+
+    # the head-major packed load, placed in a kernel of its own: one TMA load of the whole box
+    load = next(b for b in _code_blocks(_lecture()) if b.startswith("# Head-major Q"))
+    body = "\n".join("        " + ln for ln in load.split("...\n", 1)[1].splitlines())
+    harness = f'''
+HEAD_DIM, GRP, B, H, SEQ = 128, 8, 2, 16, 300
+SPAN = 128 // GRP
+TILE_LAYOUT = mma_shared_layout("float16", SwizzleMode.SWIZZLE_128B_ATOM, (128, HEAD_DIM))
+
+@T.prim_func
+def packed_load(Qh: T.Buffer((B, H, SEQ, HEAD_DIM), "float16"), out: T.Buffer((128,), "float16")):
+    T.device_entry()
+    tile, hkv, b = T.cta_id([(SEQ + SPAN - 1) // SPAN, H // GRP, B])
+    T.warpgroup_id([1])
+    w, ln = T.warp_id_in_wg([4]), T.lane_id([32])
+    pool = T.SMEMPool()
+    q_landed = pool.alloc((1,), "uint64", align=8)
+    pool.move_base_to(1024)
+    Qtile = pool.alloc((128, HEAD_DIM), "float16", layout=TILE_LAYOUT)
+    pool.commit()
+    if w * 32 + ln == 0:
+        T.ptx.mbarrier.init(q_landed.ptr_to([0]), 1)
+    T.ptx.fence.mbarrier_init()
+    T.cuda.cta_sync()
+    if w * 32 + ln == 0:
+{body}
+    T.ptx.mbarrier.try_wait(q_landed.ptr_to([0]), 0)
+    out[w * 32 + ln] = Qtile[w * 32 + ln, 0]
+'''
+    assert PRELUDE
+    art = _compile(harness, "packed_load", "sm_90a")
+    assert len(re.findall(r"UTMALDG", art.sass)) == 1
+    assert "mbarrier.arrive.expect_tx" in art.ptx
