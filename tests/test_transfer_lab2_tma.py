@@ -78,18 +78,69 @@ def test_no_lecture_kernel_is_the_graded_problem():
         assert "alpha" not in block
 
 
-def test_the_lecture_lists_what_each_graded_step_leaves_to_the_student():
-    text = _lecture()
+# What the subsection asks per graded step: questions that name a decision, without its answer.
+QUESTIONS = ("how many bytes must the single `expect_tx` announce", "Does a tile at the edge of the tensor change",
+             "Which box, 2D or 3D, do you therefore expect", "how many does each thread own?",
+             "which row and which column does it start at", "where do the conversions go",
+             "how many times is each result rounded?", "what must it wait for before the CTA may exit?",
+             "Which conditions on `tid` select each role", "which consumer issues the stores",
+             "how many arrivals does each `full` and each `empty` barrier expect",
+             "Which chunk mapping do the consumers then use", "must be written in terms of it",
+             "which buffer does iteration `it` write", "what argument must the storing thread pass to `wait_group`",
+             "how many CTAs does the grid launch", "How much shared memory do the stages")
+# The answers the subsection used to give for parts d and e.
+ANSWERS = ("single 64 × 128 fp16", "two 128 × 64 bf16 tiles", "16 chunks per row, not 8", "i * 128 + tid",
+           "first thread of warp 4", "warps 0 to 3", "Two output buffers, not three", "4 by default",
+           "min(tiles, NUM_CTAS)", "plus two output tiles", "chunk mapping is part d's",
+           "nothing may assume three stages", "evaluated in fp32 and rounded once")
+# The sentences elsewhere that handed part a's 3D tensor map of the graded fp16 tile over.
+ELSEWHERE = ("(64, M, N / 64)", "(2N, 128)", "(64, rows, 2)", "of a 64 x 128 fp16 tile")
+
+
+def check_the_subsection_asks(text):
     asks = _section(text, "## What the lab asks")
     assert "### What you work out yourself" in asks
     own = _section(asks, "### What you work out yourself")
     assert "build_tma_tile" in own and "build_tma_stream" in own
     assert "Part d" in own and "Part e" in own
-    assert len(re.findall(r"^- ", own, re.M)) >= 8
+    bullets = re.findall(r"^- (.*?)(?=^- |^\*\*|\Z)", own, re.M | re.S)
+    assert len(bullets) >= 10, len(bullets)
+    assert all("?" in b for b in bullets), [b[:60] for b in bullets if "?" not in b]
+    flat = re.sub(r"\s+", " ", own)
+    for question in QUESTIONS:
+        assert question in flat, question
+    for answer in ANSWERS:
+        assert answer not in flat, answer
+    whole = re.sub(r"\s+", " ", text)
+    for answer in ELSEWHERE:
+        assert answer not in whole, answer
+
+
+def test_the_lecture_lists_what_each_graded_step_leaves_to_the_student():
+    text = _lecture()
+    check_the_subsection_asks(text)
     # the sections the notebook points to, and the one grader/hints.py names
     for title in ("## The round trip in TIRx", "## A ring of stages", "## Storing with TMA",
                   "## Thread barriers", "## Swizzling, the 128-byte inner box and 3D boxes"):
         assert title in text, title
+    # the 3D view is taught as the general rule, worked on the ring example's fp32 tile
+    flat = re.sub(r"\s+", " ", text)
+    assert "`(col % W, row, col // W)`" in flat and "`(32, M, N / 32)` with byte strides `(4N, 128)`" in flat
+
+
+def test_the_subsection_check_fails_on_the_lecture_that_answered():
+    """The subsection as it was (byte count, chunk mapping, roles, buffer count and grid of the
+    graded kernels spelled out) fails the check, and each listed answer was in it."""
+    import subprocess
+    old = subprocess.run(["git", "show", f"d1b9b34:lectures/{LAB}/index.md"], cwd=ROOT,
+                         capture_output=True, text=True)
+    if old.returncode:
+        pytest.skip("the old text is not in this checkout's history")
+    with pytest.raises(AssertionError):
+        check_the_subsection_asks(old.stdout)
+    flat = re.sub(r"\s+", " ", old.stdout)
+    for answer in ANSWERS + ELSEWHERE:
+        assert answer in flat, answer
 
 
 @pytest.mark.parametrize("folder", ["solutions", "assignments"])

@@ -85,17 +85,61 @@ def test_no_lecture_code_block_is_the_graded_transpose():
     assert "## A transpose through shared memory in TIRx" not in _lecture()
 
 
-def test_the_lecture_says_what_the_student_works_out_for_each_step():
-    asks = _section(_lecture(), "## What the lab asks you to do")
+# What the subsection asks per phase: questions that name a decision of the transposes, without its answer.
+QUESTIONS = ("How many fp16 elements does one 16-byte chunk hold", "how many chunks make a row of the tile",
+             "Which chunk does a thread take in each round", "Where in `a` does the CTA's tile start?",
+             "What is the vector type of a 16-byte fp16 access", "Can it be read with one vector load",
+             "how many reads of which width fill `vec`", "Which thread produces which output chunk in which round?",
+             "`addresses_gather(offset, col0, k)`", "Tile element `(i, j)` comes from which element of `a`",
+             "How do the CTA's two indices enter", "How is one output chunk written",
+             "what goes wrong in `b` if the load and the gather disagree",
+             "Why would the row sums' XOR key not serve the transpose's gather")
+# The answers the subsection used to give.
+ANSWERS = ("a 16-byte chunk holds eight elements", "a 64-column tile row is eight chunks",
+           "first row *and* its first column come from the CTA's indices", "eight 2-byte reads",
+           "two CTA indices swap roles", "one 16-byte store to `B`", "are eight apart and share it",
+           "must use the same layout, or `b` is wrong", "eight consecutive threads must write one 128-byte row")
+# The sentences elsewhere that spoke to the graded transpose directly.
+ELSEWHERE = ("The transpose of part d runs into exactly this", "Part d's transpose has the shape of many")
+
+
+def check_the_subsection_asks(text):
+    asks = _section(text, "## What the lab asks you to do")
     sub = _section(asks, "### What you work out yourself")
     for builder in ("build_transpose_plain", "build_transpose_swizzled"):
         assert builder in asks, builder
     for step in ("**Load phase.**", "**Gather phase.**", "**Store.**", "**The swizzled kernel.**"):
         assert step in sub, step
+    bullets = re.findall(r"^- (.*?)(?=^- |^\*\*|\Z)", sub, re.M | re.S)
+    assert len(bullets) >= 8, len(bullets)
+    assert all("?" in b for b in bullets), [b[:60] for b in bullets if "?" not in b]
     flat = _flat(sub)
-    for decision in ("eight elements", "two-dimensional grid", "eight 2-byte reads",
-                     "addresses_gather(offset, col0, k)", "two CTA indices swap", "eight apart"):
-        assert decision in flat, decision
+    for question in QUESTIONS:
+        assert question in flat, question
+    for answer in ANSWERS:
+        assert answer not in flat, answer
+    whole = _flat(text)
+    for answer in ELSEWHERE:
+        assert answer not in whole, answer
+
+
+def test_the_lecture_says_what_the_student_works_out_for_each_step():
+    check_the_subsection_asks(_lecture())
+
+
+def test_the_subsection_check_fails_on_the_lecture_that_answered():
+    """The subsection as it was (chunk size, grid origin, gather reads, index swap and the reason
+    for the layout spelled out) fails the check, and each listed answer was in it."""
+    import subprocess
+    old = subprocess.run(["git", "show", f"d1b9b34:lectures/{LAB}/index.md"], cwd=ROOT,
+                         capture_output=True, text=True)
+    if old.returncode:
+        pytest.skip("the old text is not in this checkout's history")
+    with pytest.raises(AssertionError):
+        check_the_subsection_asks(old.stdout)
+    flat = _flat(old.stdout)
+    for answer in ANSWERS + ELSEWHERE:
+        assert answer in flat, answer
 
 
 def test_the_notebook_states_the_contract_without_the_index_maps():

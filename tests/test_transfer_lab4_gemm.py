@@ -60,6 +60,26 @@ def check_no_lecture_block_gives_the_graded_kernels(root=ROOT):
         assert giveaway not in text, giveaway
 
 
+# What the subsection asks for each step: questions that name a decision of the graded kernel.
+QUESTIONS = ("which swizzle do its shared-memory tiles and descriptors use?", "What do your `wgmma_desc_fields` return",
+             "which `wgmma` shape covers one m64 half", "how many k16 steps does one K slice take per half",
+             "how many TMEM columns does the accumulator need", "how many `tcgen05.mma` does one K slice become?",
+             "where does each register pair land", "Which columns of $A$ and $B$ does iteration `k` copy",
+             "in which iterations must the `accum` flag", "which parity does iteration `k` wait on",
+             "which `wait_group` argument, placed where", "What is the grid's extent",
+             "Which thread issues the loads and arms the barrier", "what byte count must one phase announce",
+             "which parity does each wait use?", "relative to the tile or to $D$")
+# The answers the subsection used to give, and the sentences elsewhere that handed them to the graded steps.
+ANSWERS = ("the 128-byte swizzle, not the listings'", "wgmma_desc_fields(128)", "four, not two", "m64n128k16",
+           "`ACC` = 64", "64 registers per half", "128 fp32 columns", "a row of 128 fp16", "in the first iteration only",
+           "zeroed once, before the loop", "`wait_group(0)` in every iteration", "parity that flips every iteration",
+           "no proxy fence or CTA barrier between a TMA load", "each keep their own phase",
+           "both tiles of a K iteration", "(no CTA offset)")
+ELSEWHERE = ("four times per half", "eight instructions per K tile", "which issues eight wgmmas",
+             "1024 bytes, stored as 64", "(128 + 128) \\cdot 64 \\cdot 2", "64 per thread in the reference step 4",
+             "The lab's kernels therefore wait with `wait_group(0)`", "in Lab 5's step 9 warpgroup 1 reads TMEM")
+
+
 def check_the_lecture_says_what_each_step_leaves_to_the_student(root=ROOT):
     lecture = _lecture(root)
     asks = lecture[lecture.index("## Lab outline"):lecture.index("## Self-check")]
@@ -69,10 +89,18 @@ def check_the_lecture_says_what_each_step_leaves_to_the_student(root=ROOT):
         assert f"**Step {step}**" in section, step
         for track in ("hopper", "blackwell"):
             assert f"{track}_step{step}" in section, (track, step)
-    for decision in ("relu_tile", "frag_dump", "128-byte swizzle", "wgmma_desc_fields(128)", "m64n128k16",
-                     "TMEM columns", "wgmma_acc_coord", "float16x2", "accum", "parity", "wait_group(0)",
-                     "grid's extent", "byte count of one phase", "relative to the tile", "own phase"):
-        assert decision in section, decision
+    for name in ("relu_tile", "frag_dump"):
+        assert name in section, name
+    for question in QUESTIONS:
+        assert question in section, question
+    # every item is a question: each bullet of the subsection ends with a question mark
+    bullets = re.findall(r"^- (.*?)(?=^- |^\*\*|\Z)", asks[asks.index("### What you work out yourself"):], re.M | re.S)
+    assert len(bullets) >= 10 and all("?" in b for b in bullets), [b for b in bullets if "?" not in b]
+    for answer in ANSWERS:
+        assert answer not in section, answer
+    flat = re.sub(r"\s+", " ", lecture)
+    for answer in ELSEWHERE:
+        assert answer not in flat, answer
 
 
 def check_the_notebook_states_the_contract_without_the_code(root=ROOT):
@@ -148,6 +176,24 @@ def test_the_lecture_frag_dump_is_four_m64n64k16_wgmmas_on_sm_90a():
                        art.cuda_source)
     assert len(descs) == 8 and set(descs) == {("1", "32", "2")}, descs
     assert len(re.findall(r"st\.global\.f32", art.ptx)) == 64                          # 64 registers, unplaced
+
+
+def test_the_subsection_check_fails_on_the_lecture_that_answered(tmp_path):
+    """The subsection as it was (the swizzle, the k16 count, the TMEM columns, the waits and the
+    byte count of the graded kernels spelled out) fails the check of the questions."""
+    import subprocess
+    path = f"lectures/{LAB}/index.md"
+    old = subprocess.run(["git", "show", f"d1b9b34:{path}"], cwd=ROOT, capture_output=True, text=True)
+    if old.returncode:
+        pytest.skip("the old text is not in this checkout's history")
+    os.makedirs(tmp_path / os.path.dirname(path))
+    (tmp_path / path).write_text(old.stdout)
+    with pytest.raises(AssertionError):
+        check_the_lecture_says_what_each_step_leaves_to_the_student(str(tmp_path))
+    # each answer string was in the old text, so its absence now is a change
+    flat = re.sub(r"\s+", " ", old.stdout)
+    for answer in ANSWERS + ELSEWHERE:
+        assert answer in flat, answer
 
 
 def test_the_checks_fail_on_the_old_texts(tmp_path):

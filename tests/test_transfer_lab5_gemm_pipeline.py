@@ -59,8 +59,25 @@ def test_no_lecture_code_block_spells_out_the_graded_ring():
         assert giveaway not in text, giveaway
 
 
-def test_the_lecture_says_what_steps_5_and_7_leave_to_the_student():
-    lecture = _lecture()
+# What the subsection asks: questions that name a decision of the graded steps 5 and 7.
+QUESTIONS = ("which thread issues the loads, how many K tiles does it load before the first MMA",
+             "how many bytes must its `expect_tx` announce", "which K tile's stage is known to be free after each wait",
+             "how many arrivals is `empty[s]` initialised for", "Which parity does each wait use",
+             "How does the last K tile end", "which commit must the loader wait for",
+             "in which order does the GEMM's producer walk output tiles", "how deep is the ring?",
+             "which stages are still unreleased after the last wait", "which barrier synchronises its threads",
+             "how many accumulator registers is that per thread", "with which arrival counts")
+# The answers the subsection used to give, and the sentences elsewhere that handed them to the graded steps.
+ANSWERS = ("up to `STAGES - 1` loads are in flight", "two TMA loads count on one", "128 arrivals per fill",
+           "each K tile's `wait_group(1)`", "ends with `wait_group(0)` in straight-line code",
+           "32 KB per `expect_tx`", "releases lag one K tile behind", "one thread arrives for the warpgroup",
+           "128 accumulator registers per thread", "the four barrier arrays", "a TMA warp, an MMA warp",
+           "There is no `setmaxnreg` and no named barrier in this step", "the pair of TMEM accumulators")
+ELSEWHERE = ("announcing the 32 KB the stage will receive", "and one of B, 32 KB, so four stages",
+             "`empty[s]` is initialised for two arrivals, one per consumer")
+
+
+def check_the_lecture_says_what_steps_5_and_7_leave_to_the_student(lecture):
     asks = lecture[lecture.index("## What the lab asks"):lecture.index("## Self-check")]
     assert "### What you work out yourself" in asks
     section = asks[asks.index("### What you work out yourself"):]
@@ -70,9 +87,35 @@ def test_the_lecture_says_what_steps_5_and_7_leave_to_the_student():
         for b in builders:
             assert b in section, b
     flat = re.sub(r"\s+", " ", section)
-    for decision in ("wait_group(1)", "asynchronous", "tcgen05.commit", "grouped order", "named barrier",
-                     "PRODUCER_REGS", "ring_sumsq"):
-        assert decision in flat, decision
+    for name in ("ring_sumsq", "two_roles", "asynchronous", "grouped_tile_coords", "PRODUCER_REGS"):
+        assert name in flat, name
+    for question in QUESTIONS:
+        assert question in flat, question
+    bullets = re.findall(r"^- (.*?)(?=^- |^\*\*|\Z)", section, re.M | re.S)
+    assert len(bullets) >= 10 and all("?" in b for b in bullets), [b for b in bullets if "?" not in b]
+    for answer in ANSWERS:
+        assert answer not in flat, answer
+    whole = re.sub(r"\s+", " ", lecture)
+    for answer in ELSEWHERE:
+        assert answer not in whole, answer
+
+
+def test_the_lecture_says_what_steps_5_and_7_leave_to_the_student():
+    check_the_lecture_says_what_steps_5_and_7_leave_to_the_student(_lecture())
+
+
+def test_the_subsection_check_fails_on_the_lecture_that_answered():
+    """The subsection as it was (the loads in flight, the wait counts, the bytes per stage and the
+    arrivals of the graded steps spelled out) fails the check; each listed answer was in it."""
+    import subprocess
+    old = subprocess.run(["git", "show", f"d1b9b34:lectures/{LAB}/index.md"], cwd=ROOT, capture_output=True, text=True)
+    if old.returncode:
+        pytest.skip("the old text is not in this checkout's history")
+    with pytest.raises(AssertionError):
+        check_the_lecture_says_what_steps_5_and_7_leave_to_the_student(old.stdout)
+    flat = re.sub(r"\s+", " ", old.stdout)
+    for answer in ANSWERS + ELSEWHERE:
+        assert answer in flat, answer
 
 
 def test_the_notebook_states_the_contract_without_the_schedule():

@@ -80,8 +80,25 @@ def test_the_lecture_shows_the_variants_and_keeps_the_calls():
         assert call in bias, call
 
 
-def test_the_lecture_says_what_each_step_leaves_to_the_student():
-    lecture = _lecture()
+# What the subsection asks: questions that name a decision of the graded steps 2 to 5.
+QUESTIONS = ("Who owns a row?", "how many rows does a thread hold", "In which units are the scores?",
+             "which scale is applied before `exp2`", "What does the rescale touch besides the sum",
+             "what are the LSE and O of a row that saw no key?", "which phase does each barrier wait use",
+             "How many arrivals empty a stage on each track", "Which register split do the roles take",
+             "Who opens the first turn", "how many stages of the ring does a turn keep busy",
+             "Which threshold does FA4's conditional reference use", "How many heads does a tile pack",
+             "what is the grid when a group is not a power of two?", "In which order is the work done")
+# The answers the subsection used to give.
+ANSWERS = ("two rows per thread", "thread $r$ holds all of row $r$", "needs no shuffle at all",
+           "\\log_2 e / \\sqrt{128}", "only after the previous PV MMA has finished",
+           "two consumers on Hopper; the MMA warp's `tcgen05.commit` on Blackwell", "The threshold 8 of FA4",
+           "(not `lse_pairs`'s 4)", "online_softmax(conditional=True)", "at most 64 so that",
+           "after the products are issued, before they are waited for", "the heaviest causal tiles first",
+           "the masked blocks of a tile first", "storing O = 0 and LSE = $-\\infty$",
+           "shared memory and a pair of barriers")
+
+
+def check_the_lecture_says_what_each_step_leaves_to_the_student(lecture):
     asks = lecture[lecture.index("## What the lab asks"):lecture.index("## Self-check")]
     assert "### What you work out yourself" in asks
     section = asks[asks.index("### What you work out yourself"):]
@@ -90,10 +107,34 @@ def test_the_lecture_says_what_each_step_leaves_to_the_student():
         for b in builders:
             assert b in section, b
     flat = re.sub(r"\s+", " ", section)
-    for decision in ("quad", "thread $r$ holds all of row $r$", "log2 units", "ring_sumsq", "PINGPONG_STAGES",
-                     "turns", "threshold 8", "K_SPLIT", "exp2_fma", "head-major", "packed_row",
-                     "T.floordiv", "gqa_pack"):
-        assert decision in flat, decision
+    for name in ("lse_pairs", "acc_row", "ring_sumsq", "PINGPONG_STAGES", "turns", "K_SPLIT", "exp2_fma",
+                 "head-major", "packed_row", "T.floordiv", "gqa_pack"):
+        assert name in flat, name
+    for question in QUESTIONS:
+        assert question in flat, question
+    bullets = re.findall(r"^- (.*?)(?=^- |^\*\*|\Z)", section, re.M | re.S)
+    assert len(bullets) >= 15 and all("?" in b for b in bullets), [b for b in bullets if "?" not in b]
+    for answer in ANSWERS:
+        assert answer not in flat, answer
+
+
+def test_the_lecture_says_what_each_step_leaves_to_the_student():
+    check_the_lecture_says_what_each_step_leaves_to_the_student(_lecture())
+
+
+def test_the_subsection_check_fails_on_the_lecture_that_answered():
+    """The subsection as it was (the row ownership, the scale, the arrival counts, the threshold and
+    the order of the work of the graded kernels spelled out) fails the check; each listed answer
+    was in it."""
+    import subprocess
+    old = subprocess.run(["git", "show", f"d1b9b34:lectures/{LAB}/index.md"], cwd=ROOT, capture_output=True, text=True)
+    if old.returncode:
+        pytest.skip("the old text is not in this checkout's history")
+    with pytest.raises(AssertionError):
+        check_the_lecture_says_what_each_step_leaves_to_the_student(old.stdout)
+    flat = re.sub(r"\s+", " ", old.stdout)
+    for answer in ANSWERS:
+        assert answer in flat, answer
 
 
 def test_the_notebook_states_the_contract_without_the_schedule():
