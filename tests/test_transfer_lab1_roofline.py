@@ -139,3 +139,39 @@ def test_the_lecture_kernels_compile_to_what_the_lecture_says():
     assert len(re.findall(r"\bFMNMX\b", art.sass)) == 32
     offsets = re.findall(r"LDG\.E\.128\S*\s+R\d+, desc\[\w+\]\[R\d+\.64(?:\+(0x[0-9a-f]+))?\]", art.sass)
     assert sorted(int(o or "0", 16) for o in offsets) == [0, 4096, 8192, 12288], offsets
+
+
+# The old sentence that gave the graded type's lane count next to the rule ("eight of a 2-byte type").
+LANE_ANSWERS = ("eight of a 2-byte type", "2-byte type", "eight lanes", "8 lanes", "x8")
+OLD = "c5ed0b3"   # the commit whose lecture still stated the lane count of a 2-byte type
+
+
+def _bullet(text, title):
+    flat = re.sub(r"\s+", " ", text)
+    start = flat.index(title)
+    end = flat.find("- **", start + len(title))
+    return flat[start:end if end > 0 else len(flat)]
+
+
+def check_the_lane_rule_is_stated_on_fp32_only(text):
+    """The rule (16 bytes hold 16 / element size values) worked on the lecture's fp32, and the
+    lane count of a 2-byte type left to the student."""
+    bullet = _bullet(text, "**Vector values.**")
+    assert "16 divided by the element size" in bullet and "16 / 4 = 4" in bullet, bullet
+    for answer in LANE_ANSWERS:
+        assert answer not in bullet, answer
+    assert "2-byte type" not in re.sub(r"\s+", " ", text)
+
+
+def test_the_lane_rule_is_stated_on_fp32_only():
+    check_the_lane_rule_is_stated_on_fp32_only(_lecture())
+
+
+def test_the_lane_rule_check_fails_on_the_lecture_that_gave_the_count():
+    import subprocess
+    old = subprocess.run(["git", "show", f"{OLD}:lectures/{LAB}/index.md"], cwd=ROOT, capture_output=True, text=True)
+    if old.returncode:
+        pytest.skip("the old text is not in this checkout's history")
+    assert "eight of a 2-byte type" in re.sub(r"\s+", " ", old.stdout)
+    with pytest.raises(AssertionError):
+        check_the_lane_rule_is_stated_on_fp32_only(old.stdout)

@@ -52,9 +52,9 @@ def _section(text, title):
     return rest[:end.start()] if end else rest
 
 
-def _kernels():
+def _kernels(text=None):
     return {re.search(r"@T\.prim_func\ndef (\w+)\(", block).group(1): (arch, block)
-            for block, arch in COMPILES.findall(_lecture())}
+            for block, arch in COMPILES.findall(_lecture() if text is None else text)}
 
 
 def _compile(name):
@@ -123,9 +123,8 @@ def test_the_lecture_lists_what_each_graded_step_leaves_to_the_student():
     for title in ("## The round trip in TIRx", "## A ring of stages", "## Storing with TMA",
                   "## Thread barriers", "## Swizzling, the 128-byte inner box and 3D boxes"):
         assert title in text, title
-    # the 3D view is taught as the general rule, worked on the ring example's fp32 tile
-    flat = re.sub(r"\s+", " ", text)
-    assert "`(col % W, row, col // W)`" in flat and "`(32, M, N / 32)` with byte strides `(4N, 128)`" in flat
+    # the 3D view is taught as the general rule, on the ring example's fp32 tile (see below)
+    check_the_3d_view_is_asked(text)
 
 
 def test_the_subsection_check_fails_on_the_lecture_that_answered():
@@ -183,12 +182,136 @@ def test_the_ring_example_compiles_to_a_persistent_producer_consumer_stream():
     assert re.search(r"cp\.async\.bulk\.tensor\.2d\.global\.shared::cta", ptx)
     assert "cp.async.bulk.wait_group.read 2" in ptx and "cp.async.bulk.wait_group 0" in ptx
     assert src.count("tvm_builtin_ptx_bar_sync(1, 128)") == 2
-    # the loops over a CTA's tiles run on the GPU, and the parities are the lecture's
+    # the loops over a CTA's tiles run on the GPU, and each role keeps a stage index and a phase
+    # bit (the producer's from 1, the consumers' from 0) that flips on every wrap: no closed form
     assert src.count("for (int it") == 2
-    assert "(((it % 6) / 3) ^ 1)" in src and "((it_1 % 6) / 3)" in src
+    assert "ring_ptr[1] = 1;" in src and "ring_ptr_1[1] = 0;" in src
+    assert "ring_ptr[1] = (ring_ptr[1] ^ 1);" in src and "ring_ptr_1[1] = (ring_ptr_1[1] ^ 1);" in src
+    assert "[(ring_ptr[0] + 3)])), ring_ptr[1]);" in src and "[ring_ptr_1[0]])), ring_ptr_1[1]);" in src
+    assert "% 6" not in src and "/ 3)" not in src
+    assert "LDL" not in art.sass and "STL" not in art.sass
     assert "mbarrier_init((&(((uint64_t*)pool_buf_ptr)[3])), 128)" in src
     assert "UTMALDG.3D" in art.sass and "UTMASTG.2D" in art.sass
     maps = {m["tensor"]: m for m in maps_of_plan(art.plan)}
     assert maps["X"]["rank"] == 3 and maps["X"]["box_dims"] == (32, 64, 2)
     assert maps["OUT"]["rank"] == 2 and maps["OUT"]["box_dims"] == (64, 64)
     assert all(m["swizzle"] == 3 for m in maps.values())
+
+
+# ---- The give-aways a student trial found after the subsection was turned into questions -------
+OLD = "c5ed0b3"   # the commit whose lecture and notebook still stated them
+
+
+def _old(path):
+    import subprocess
+    old = subprocess.run(["git", "show", f"{OLD}:{path}"], cwd=ROOT, capture_output=True, text=True)
+    if old.returncode:
+        pytest.skip("the old text is not in this checkout's history")
+    return old.stdout
+
+
+def _markdown(cells):
+    return "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+
+
+def _flat(text):
+    return re.sub(r"\s+", " ", text)
+
+
+# Part c's closed form, in the prose or in the ring example's waits.
+PARITY_FORMS = ("(k // S) % 2", "(it // RING) % 2", "(it // 3) % 2", "((it // RING) % 2) ^ 1", "XOR 1",
+                "((it % 6) / 3)", "(it & 7) >> 2")
+
+
+def check_the_ring_parities_are_asked(text):
+    flat = _flat(text)
+    for answer in PARITY_FORMS:
+        assert answer not in flat, answer
+    ring = _flat(_section(text, "## A ring of stages"))
+    # the mechanism: phases flip on completion, where the barriers start, why the producer's first
+    # wait passes at once; then the closed form as a question
+    for point in ("every completion moves it to the next phase", "Both barriers start in phase 0",
+                  "must pass at once", "wraps from `S - 1` back to 0",
+                  "Part c asks for the closed form", "as expressions of `k` and `S`?"):
+        assert point in ring, point
+    _, block = _kernels(text)["downcast_stream"]
+    assert "it // RING" not in block and "it % RING" not in block
+    assert block.count("ring[1] = ring[1] ^ 1") == 2 and "ring[1] = 1" in block and "ring[1] = 0" in block
+
+
+def test_the_ring_parities_are_asked_not_answered():
+    check_the_ring_parities_are_asked(_lecture())
+
+
+def test_the_parity_check_fails_on_the_lecture_that_answered():
+    old = _old(f"lectures/{LAB}/index.md")
+    assert "(k // S) % 2" in _flat(old) and "(it // RING) % 2" in old
+    with pytest.raises(AssertionError):
+        check_the_ring_parities_are_asked(old)
+
+
+def check_the_3d_view_is_asked(text):
+    flat = _flat(text)
+    assert "`(col % W, row, col // W)`" in flat
+    for answer in ("(32, M, N / 32)", "(4N, 128)", "4N", "N / 32"):
+        assert answer not in flat, answer
+    for point in ("twice the swizzle span", "no single 2D box can hold the tile",
+                  "how many bytes apart in memory are two elements that differ by one in `row` only"):
+        assert point in flat, point
+
+
+def test_the_3d_view_check_fails_on_the_lecture_that_filled_it_in():
+    old = _old(f"lectures/{LAB}/index.md")
+    assert "`(32, M, N / 32)` with byte strides `(4N, 128)`" in _flat(old)
+    with pytest.raises(AssertionError):
+        check_the_3d_view_is_asked(old)
+
+
+def check_the_wait_group_argument_is_asked(lecture, markdown):
+    flat, md = _flat(lecture), _flat(markdown)
+    for answer in ("wait_group(OUTS - 1)", "OUTS - 1", "it - OUTS"):
+        assert answer not in flat, answer
+    assert "wait_group(1)" not in md and "wait_group(1)" not in flat
+    assert "Which argument to `wait_group` makes sure the buffer about to be overwritten has been read" in md
+    assert "what argument must the storing thread pass to `wait_group`" in flat
+
+
+@pytest.mark.parametrize("folder", ["solutions", "assignments"])
+def test_the_wait_group_argument_is_asked(folder):
+    check_the_wait_group_argument_is_asked(_lecture(), _markdown(_cells(folder)))
+
+
+def test_the_wait_group_check_fails_on_the_text_that_gave_it():
+    lecture = _old(f"lectures/{LAB}/index.md")
+    markdown = _markdown(json.loads(_old(f"solutions/{LAB}/{spec.load(LAB).notebook}"))["cells"])
+    assert "wait_group(OUTS - 1)" in lecture and "wait_group(1)" in markdown
+    with pytest.raises(AssertionError):
+        check_the_wait_group_argument_is_asked(lecture, markdown)
+    with pytest.raises(AssertionError):
+        check_the_wait_group_argument_is_asked(_lecture(), markdown)
+
+
+def check_the_shared_memory_is_asked(markdown, lecture):
+    md, flat = _flat(markdown), _flat(lecture)
+    for answer in ("97 KiB", "so two CTAs fit", "where only one CTA fits", "(it & 7) >> 2"):
+        assert answer not in md, answer
+    (contract,) = [b for b in md.split("- **") if b.startswith("Shared memory**")]
+    assert "nothing checks its size" in contract and "?" in contract
+    assert "how many CTAs of that size fit on an SM" in contract
+    assert "How many CTAs fit on an SM with `stages = 8`" in md
+    # the lecture's Little's-law paragraph leaves the sum to the student
+    assert "while fitting in the 228 KiB" not in flat and "is a sum to do" in flat
+
+
+@pytest.mark.parametrize("folder", ["solutions", "assignments"])
+def test_the_shared_memory_is_asked(folder):
+    check_the_shared_memory_is_asked(_markdown(_cells(folder)), _lecture())
+
+
+def test_the_shared_memory_check_fails_on_the_contract_that_stated_it():
+    markdown = _markdown(json.loads(_old(f"solutions/{LAB}/{spec.load(LAB).notebook}"))["cells"])
+    assert "about 97 KiB, so two CTAs fit on an SM" in _flat(markdown)
+    with pytest.raises(AssertionError):
+        check_the_shared_memory_is_asked(markdown, _lecture())
+    with pytest.raises(AssertionError):
+        check_the_shared_memory_is_asked(_markdown(_cells("solutions")), _old(f"lectures/{LAB}/index.md"))
