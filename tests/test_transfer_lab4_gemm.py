@@ -211,3 +211,79 @@ def test_the_checks_fail_on_the_old_texts(tmp_path):
                   check_the_notebook_states_the_contract_without_the_code):
         with pytest.raises(AssertionError):
             check(str(tmp_path))
+
+
+# ---------------------------------------------------------------- the notebook's contracts state rules
+# Step 2 used to place the Hopper wait (`wait_group(0)` in every iteration), step 4 to name the
+# thread that loads (`tid == 0`) and to answer which fences remain; the overview named the wgmma
+# shape and step 1 the Blackwell thread roles. Each is now a rule, and the decision is the student's.
+OLD = "c5ed0b3"      # the notebooks before the contracts were turned into rules
+
+
+def _markdown(folder, root=ROOT):
+    return {"".join(c["source"]).split("\n")[0]: re.sub(r"\s+", " ", "".join(c["source"]))
+            for c in _cells(folder, root) if c["cell_type"] == "markdown"}
+
+
+def check_step2_states_the_wait_rule_not_its_placement(root=ROOT):
+    for folder in ("solutions", "assignments"):
+        md = _markdown(folder, root)
+        step2 = md["## Step 2: the K loop"]
+        assert "`wait_group(0)` in every iteration" not in step2
+        assert "wait for each slice's group" not in step2
+        assert ("nothing reads an accumulator register before `wgmma.wait_group` has reported complete "
+                "every group that writes it") in step2
+        assert "no copy overwrites a tile before the same holds for every group that reads the tile" in step2
+        assert "Where the waits go, and with which argument, is yours to decide." in step2
+        assert 'The section "The wgmma accumulator hazard" below' in step2 and "SASS" in step2
+        assert "## The wgmma accumulator hazard (Hopper)" in md
+
+
+def check_step4_leaves_the_loading_thread_to_the_student(root=ROOT):
+    for folder in ("solutions", "assignments"):
+        step4 = _markdown(folder, root)["## Step 4: TMA"]
+        for gone in ("`tid == 0`", "warp_id * 32", "no proxy fence or CTA sync is needed"):
+            assert gone not in step4, gone
+        # the TIRx calls stay, and expect_tx is a rule: its own arrival plus every byte of the phase
+        for kept in ('`Tx.copy_async(dst, src, dispatch="tma_auto", cta_group=1, mbar=...)`',
+                     "`T.ptx.mbarrier.arrive.expect_tx(bar, bytes)`", "a single thread starts the loads",
+                     "`expect_tx` is the phase's only arrival",
+                     "must announce every byte that the loads naming the barrier deliver in that phase",
+                     "Which thread issues and arms, and how the other threads learn that the tiles have "
+                     "landed, are yours to decide", "which of step 3's fences and CTA barriers"):
+            assert kept in step4, kept
+
+
+def check_no_other_markdown_gives_a_graded_choice(root=ROOT):
+    for folder in ("solutions", "assignments"):
+        md = _markdown(folder, root)
+        text = "\n".join(md.values())
+        for gone in ("m64n128k16", "one elected thread issues and commits; every thread waits",
+                     "one phase per slice", "tid == 0"):
+            assert gone not in text, gone
+        assert "`wgmma.mma_async` (shapes m64nNk16)" in text
+        assert "`tcgen05.mma` and `tcgen05.commit` are issued by a single thread" in md["## Step 1: one tile"]
+
+
+RULE_CHECKS = (check_step2_states_the_wait_rule_not_its_placement,
+               check_step4_leaves_the_loading_thread_to_the_student,
+               check_no_other_markdown_gives_a_graded_choice)
+
+
+@pytest.mark.parametrize("check", RULE_CHECKS, ids=lambda c: c.__name__)
+def test_the_notebook_contracts_state_rules(check):
+    check()
+
+
+@pytest.mark.parametrize("check", RULE_CHECKS, ids=lambda c: c.__name__)
+def test_the_rule_checks_fail_on_the_notebooks_that_placed_the_wait(check, tmp_path):
+    import subprocess
+    for folder in ("solutions", "assignments"):
+        path = f"{folder}/{LAB}/{LAB}.ipynb"
+        old = subprocess.run(["git", "show", f"{OLD}:{path}"], cwd=ROOT, capture_output=True, text=True)
+        if old.returncode:
+            pytest.skip("the old notebooks are not in this checkout's history")
+        os.makedirs(tmp_path / os.path.dirname(path), exist_ok=True)
+        (tmp_path / path).write_text(old.stdout)
+    with pytest.raises(AssertionError):
+        check(str(tmp_path))
