@@ -2,72 +2,30 @@
 than the graded scale-add (a leaky ReLU over fp16, a clamp over fp32), says what the graded kernel
 leaves to the student, and the notebook states the contract of ``build_scale_add`` without
 spelling out its code, its lane count or its grid."""
-import json
-import os
 import re
 
 import pytest
+import transfer_text
 
-from grader import spec
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LAB = "lab1_roofline"
-REGION = re.compile(r"### (BEGIN|END) SOLUTION")
 # Lines of the graded kernel that every 1-D streaming kernel of the course writes the same way.
 GENERIC = {"forvinT.unroll(VECS):", "tid=T.thread_id([THREADS])", "cta=T.cta_id([n//TILE])",
            "TILE=THREADS*VECS*LANES", "THREADS=256", "VECS=4"}
 
 
-def _lecture():
-    with open(os.path.join(ROOT, "lectures", LAB, "index.md")) as f:
-        return f.read()
-
-
-def _code_blocks(markdown):
-    return re.findall(r"```python\n(.*?)```", markdown, re.S)
-
-
-def _cells(folder):
-    with open(os.path.join(ROOT, folder, LAB, spec.load(LAB).notebook)) as f:
-        return json.load(f)["cells"]
-
-
-def _source(cell):
-    return cell["source"] if isinstance(cell["source"], str) else "".join(cell["source"])
-
-
 def _kernel_cell(folder):
-    (cell,) = [c for c in _cells(folder) if c["metadata"].get("nbgrader", {}).get("grade_id") == "b_kernel"]
-    return _source(cell)
-
-
-def _squash(line):
-    return re.sub(r"\s+", "", line.split("#")[0])
+    (cell,) = transfer_text.graded_cells(LAB, folder, ("b_kernel",))
+    return cell
 
 
 def _graded_lines():
     """The statement lines of the reference build_scale_add (inside its solution regions), comments
     and spaces dropped."""
-    lines, inside = set(), False
-    for line in _kernel_cell("solutions").splitlines():
-        if REGION.search(line):
-            inside = "BEGIN" in line
-            continue
-        if inside and _squash(line):
-            lines.add(_squash(line))
-    return lines
-
-
-def _section(text, title):
-    assert title in text, title
-    start = text.index(title)
-    level = title.split(" ")[0]
-    nxt = re.search(rf"^{level} ", text[start + len(title):], re.M)
-    return text[start:start + len(title) + (nxt.start() if nxt else len(text))]
+    return transfer_text.region_lines([_kernel_cell("solutions")])
 
 
 def test_no_lecture_code_block_is_the_graded_kernel():
-    blocks = _code_blocks(_lecture())
+    blocks = transfer_text.code_blocks(transfer_text.lecture(LAB))
     text = "\n".join(blocks)
     for name in ("def build_scale_add(", "def scale_add(", "def build_scale_add_scalar("):
         assert name not in text, name
@@ -75,18 +33,18 @@ def test_no_lecture_code_block_is_the_graded_kernel():
         assert giveaway not in text, giveaway
     graded = _graded_lines() - GENERIC
     assert len(graded) >= 8, sorted(graded)        # the reading of the regions works
-    shown = {_squash(ln) for b in blocks for ln in b.splitlines()}
+    shown = {transfer_text.squash(ln) for b in blocks for ln in b.splitlines()}
     assert not graded & shown, sorted(graded & shown)
 
 
 def test_the_lecture_says_what_the_student_works_out_for_each_step():
-    text = _lecture()
-    asks = _section(text, "## What the lab asks you to do")
-    sub = _section(asks, "### What you work out yourself")
+    text = transfer_text.lecture(LAB)
+    asks = transfer_text.section(text, "## What the lab asks you to do")
+    sub = transfer_text.section(asks, "### What you work out yourself")
     assert "build_scale_add" in sub
     for step in ("**Sizes and grid.**", "**Loads.**", "**Compute.**", "**Stores.**"):
         assert step in sub, step
-    flat = re.sub(r"\s+", " ", sub)
+    flat = transfer_text.flat(sub)
     for question in ("How many fp16 elements make one 16-byte vector", "two inputs", "In which type does the "
                      "arithmetic happen", "128-bit stores as well as loads"):
         assert question in flat, question
@@ -96,7 +54,7 @@ def test_the_lecture_says_what_the_student_works_out_for_each_step():
 
 
 def test_the_notebook_states_the_contract_without_the_code():
-    markdown = "\n".join(_source(c) for c in _cells("assignments") if c["cell_type"] == "markdown")
+    markdown = transfer_text.markdown(transfer_text.cells(LAB, "assignments"))
     (part_b,) = [s for s in markdown.split("\n## ") if s.startswith("Part b")]
     for contract in ("kernel(x, y, out, alpha)", "multiple of 65536", "128-bit", "0.90×", "What you work out yourself"):
         assert contract in part_b, contract
@@ -106,7 +64,7 @@ def test_the_notebook_states_the_contract_without_the_code():
                          "T.cta_id(", "T.alloc_local(", ".vload(", ".vstore("):
             assert giveaway not in text, giveaway
     graded = _graded_lines() - GENERIC
-    assert not {_squash(ln) for ln in given.splitlines()} & graded
+    assert not {transfer_text.squash(ln) for ln in given.splitlines()} & graded
 
 
 def test_the_lecture_kernels_are_other_operations():
@@ -147,7 +105,7 @@ OLD = "c5ed0b3"   # the commit whose lecture still stated the lane count of a 2-
 
 
 def _bullet(text, title):
-    flat = re.sub(r"\s+", " ", text)
+    flat = transfer_text.flat(text)
     start = flat.index(title)
     end = flat.find("- **", start + len(title))
     return flat[start:end if end > 0 else len(flat)]
@@ -160,18 +118,15 @@ def check_the_lane_rule_is_stated_on_fp32_only(text):
     assert "16 divided by the element size" in bullet and "16 / 4 = 4" in bullet, bullet
     for answer in LANE_ANSWERS:
         assert answer not in bullet, answer
-    assert "2-byte type" not in re.sub(r"\s+", " ", text)
+    assert "2-byte type" not in transfer_text.flat(text)
 
 
 def test_the_lane_rule_is_stated_on_fp32_only():
-    check_the_lane_rule_is_stated_on_fp32_only(_lecture())
+    check_the_lane_rule_is_stated_on_fp32_only(transfer_text.lecture(LAB))
 
 
 def test_the_lane_rule_check_fails_on_the_lecture_that_gave_the_count():
-    import subprocess
-    old = subprocess.run(["git", "show", f"{OLD}:lectures/{LAB}/index.md"], cwd=ROOT, capture_output=True, text=True)
-    if old.returncode:
-        pytest.skip("the old text is not in this checkout's history")
-    assert "eight of a 2-byte type" in re.sub(r"\s+", " ", old.stdout)
+    old = transfer_text.old_text(OLD, f"lectures/{LAB}/index.md")
+    assert "eight of a 2-byte type" in transfer_text.flat(old)
     with pytest.raises(AssertionError):
-        check_the_lane_rule_is_stated_on_fp32_only(old.stdout)
+        check_the_lane_rule_is_stated_on_fp32_only(old)

@@ -7,17 +7,15 @@ instructions the graded kernels need, without being the graded problem (one fp16
 without spelling out the graded calls; the lecture lists what the student works out."""
 import json
 import linecache
-import os
 import re
 
 import pytest
+import transfer_text
 
 from grader import build, spec
 from grader.labs.build_checks import maps_of_plan
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LAB = "lab2_tma"
-LECTURE = os.path.join(ROOT, "lectures", LAB, "index.md")
 PRELUDE = """
 import tvm
 from tvm.script import tirx as T
@@ -34,17 +32,8 @@ GRADED_CALLS = ["move_base_to", "mbarrier.init", "fence.mbarrier_init", "arrive.
                 "cta_sync", "mbarrier.arrive("]
 
 
-def _lecture():
-    with open(LECTURE) as f:
-        return f.read()
-
-
-def _cells(folder):
-    with open(os.path.join(ROOT, folder, LAB, spec.load(LAB).notebook)) as f:
-        return json.load(f)["cells"]
-
-
 def _section(text, title):
+    """The body of the section `title` (the heading left out) up to the next heading of its level."""
     start = text.index(title)
     level = re.match(r"#+", title).group(0)
     rest = text[start + len(title):]
@@ -54,7 +43,7 @@ def _section(text, title):
 
 def _kernels(text=None):
     return {re.search(r"@T\.prim_func\ndef (\w+)\(", block).group(1): (arch, block)
-            for block, arch in COMPILES.findall(_lecture() if text is None else text)}
+            for block, arch in COMPILES.findall(transfer_text.lecture(LAB) if text is None else text)}
 
 
 def _compile(name):
@@ -67,7 +56,7 @@ def _compile(name):
 
 
 def test_no_lecture_kernel_is_the_graded_problem():
-    blocks = re.findall(r"```python\n(.*?)```", _lecture(), re.S)
+    blocks = transfer_text.code_blocks(transfer_text.lecture(LAB))
     kernels = [b for b in blocks if "T.prim_func" in b or "copy_async" in b]
     assert len(kernels) >= 2
     for block in kernels:
@@ -103,21 +92,21 @@ def check_the_subsection_asks(text):
     own = _section(asks, "### What you work out yourself")
     assert "build_tma_tile" in own and "build_tma_stream" in own
     assert "Part d" in own and "Part e" in own
-    bullets = re.findall(r"^- (.*?)(?=^- |^\*\*|\Z)", own, re.M | re.S)
+    bullets = transfer_text.bullets(own)
     assert len(bullets) >= 10, len(bullets)
     assert all("?" in b for b in bullets), [b[:60] for b in bullets if "?" not in b]
-    flat = re.sub(r"\s+", " ", own)
+    flat = transfer_text.flat(own)
     for question in QUESTIONS:
         assert question in flat, question
     for answer in ANSWERS:
         assert answer not in flat, answer
-    whole = re.sub(r"\s+", " ", text)
+    whole = transfer_text.flat(text)
     for answer in ELSEWHERE:
         assert answer not in whole, answer
 
 
 def test_the_lecture_lists_what_each_graded_step_leaves_to_the_student():
-    text = _lecture()
+    text = transfer_text.lecture(LAB)
     check_the_subsection_asks(text)
     # the sections the notebook points to, and the one grader/hints.py names
     for title in ("## The round trip in TIRx", "## A ring of stages", "## Storing with TMA",
@@ -130,21 +119,17 @@ def test_the_lecture_lists_what_each_graded_step_leaves_to_the_student():
 def test_the_subsection_check_fails_on_the_lecture_that_answered():
     """The subsection as it was (byte count, chunk mapping, roles, buffer count and grid of the
     graded kernels spelled out) fails the check, and each listed answer was in it."""
-    import subprocess
-    old = subprocess.run(["git", "show", f"d1b9b34:lectures/{LAB}/index.md"], cwd=ROOT,
-                         capture_output=True, text=True)
-    if old.returncode:
-        pytest.skip("the old text is not in this checkout's history")
+    old = transfer_text.old_text("d1b9b34", f"lectures/{LAB}/index.md")
     with pytest.raises(AssertionError):
-        check_the_subsection_asks(old.stdout)
-    flat = re.sub(r"\s+", " ", old.stdout)
+        check_the_subsection_asks(old)
+    flat = transfer_text.flat(old)
     for answer in ANSWERS + ELSEWHERE:
         assert answer in flat, answer
 
 
 @pytest.mark.parametrize("folder", ["solutions", "assignments"])
 def test_the_notebook_states_the_contract_without_the_graded_calls(folder):
-    cells = _cells(folder)
+    cells = transfer_text.cells(LAB, folder)
     for part, grade_id in (("## Part d", "d_kernel"), ("## Part e", "e_kernel")):
         md = next("".join(c["source"]) for c in cells
                   if c["cell_type"] == "markdown" and "".join(c["source"]).startswith(part))
@@ -202,32 +187,16 @@ def test_the_ring_example_compiles_to_a_persistent_producer_consumer_stream():
 OLD = "c5ed0b3"   # the commit whose lecture and notebook still stated them
 
 
-def _old(path):
-    import subprocess
-    old = subprocess.run(["git", "show", f"{OLD}:{path}"], cwd=ROOT, capture_output=True, text=True)
-    if old.returncode:
-        pytest.skip("the old text is not in this checkout's history")
-    return old.stdout
-
-
-def _markdown(cells):
-    return "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
-
-
-def _flat(text):
-    return re.sub(r"\s+", " ", text)
-
-
 # Part c's closed form, in the prose or in the ring example's waits.
 PARITY_FORMS = ("(k // S) % 2", "(it // RING) % 2", "(it // 3) % 2", "((it // RING) % 2) ^ 1", "XOR 1",
                 "((it % 6) / 3)", "(it & 7) >> 2")
 
 
 def check_the_ring_parities_are_asked(text):
-    flat = _flat(text)
+    flat = transfer_text.flat(text)
     for answer in PARITY_FORMS:
         assert answer not in flat, answer
-    ring = _flat(_section(text, "## A ring of stages"))
+    ring = transfer_text.flat(_section(text, "## A ring of stages"))
     # the mechanism: phases flip on completion, where the barriers start, why the producer's first
     # wait passes at once; then the closed form as a question
     for point in ("every completion moves it to the next phase", "Both barriers start in phase 0",
@@ -240,18 +209,18 @@ def check_the_ring_parities_are_asked(text):
 
 
 def test_the_ring_parities_are_asked_not_answered():
-    check_the_ring_parities_are_asked(_lecture())
+    check_the_ring_parities_are_asked(transfer_text.lecture(LAB))
 
 
 def test_the_parity_check_fails_on_the_lecture_that_answered():
-    old = _old(f"lectures/{LAB}/index.md")
-    assert "(k // S) % 2" in _flat(old) and "(it // RING) % 2" in old
+    old = transfer_text.old_text(OLD, f"lectures/{LAB}/index.md")
+    assert "(k // S) % 2" in transfer_text.flat(old) and "(it // RING) % 2" in old
     with pytest.raises(AssertionError):
         check_the_ring_parities_are_asked(old)
 
 
 def check_the_3d_view_is_asked(text):
-    flat = _flat(text)
+    flat = transfer_text.flat(text)
     assert "`(col % W, row, col // W)`" in flat
     for answer in ("(32, M, N / 32)", "(4N, 128)", "4N", "N / 32"):
         assert answer not in flat, answer
@@ -261,14 +230,14 @@ def check_the_3d_view_is_asked(text):
 
 
 def test_the_3d_view_check_fails_on_the_lecture_that_filled_it_in():
-    old = _old(f"lectures/{LAB}/index.md")
-    assert "`(32, M, N / 32)` with byte strides `(4N, 128)`" in _flat(old)
+    old = transfer_text.old_text(OLD, f"lectures/{LAB}/index.md")
+    assert "`(32, M, N / 32)` with byte strides `(4N, 128)`" in transfer_text.flat(old)
     with pytest.raises(AssertionError):
         check_the_3d_view_is_asked(old)
 
 
 def check_the_wait_group_argument_is_asked(lecture, markdown):
-    flat, md = _flat(lecture), _flat(markdown)
+    flat, md = transfer_text.flat(lecture), transfer_text.flat(markdown)
     for answer in ("wait_group(OUTS - 1)", "OUTS - 1", "it - OUTS"):
         assert answer not in flat, answer
     assert "wait_group(1)" not in md and "wait_group(1)" not in flat
@@ -278,21 +247,23 @@ def check_the_wait_group_argument_is_asked(lecture, markdown):
 
 @pytest.mark.parametrize("folder", ["solutions", "assignments"])
 def test_the_wait_group_argument_is_asked(folder):
-    check_the_wait_group_argument_is_asked(_lecture(), _markdown(_cells(folder)))
+    check_the_wait_group_argument_is_asked(transfer_text.lecture(LAB),
+                                           transfer_text.markdown(transfer_text.cells(LAB, folder)))
 
 
 def test_the_wait_group_check_fails_on_the_text_that_gave_it():
-    lecture = _old(f"lectures/{LAB}/index.md")
-    markdown = _markdown(json.loads(_old(f"solutions/{LAB}/{spec.load(LAB).notebook}"))["cells"])
+    lecture = transfer_text.old_text(OLD, f"lectures/{LAB}/index.md")
+    notebook = transfer_text.old_text(OLD, f"solutions/{LAB}/{spec.load(LAB).notebook}")
+    markdown = transfer_text.markdown(json.loads(notebook)["cells"])
     assert "wait_group(OUTS - 1)" in lecture and "wait_group(1)" in markdown
     with pytest.raises(AssertionError):
         check_the_wait_group_argument_is_asked(lecture, markdown)
     with pytest.raises(AssertionError):
-        check_the_wait_group_argument_is_asked(_lecture(), markdown)
+        check_the_wait_group_argument_is_asked(transfer_text.lecture(LAB), markdown)
 
 
 def check_the_shared_memory_is_asked(markdown, lecture):
-    md, flat = _flat(markdown), _flat(lecture)
+    md, flat = transfer_text.flat(markdown), transfer_text.flat(lecture)
     for answer in ("97 KiB", "so two CTAs fit", "where only one CTA fits", "(it & 7) >> 2"):
         assert answer not in md, answer
     (contract,) = [b for b in md.split("- **") if b.startswith("Shared memory**")]
@@ -305,13 +276,16 @@ def check_the_shared_memory_is_asked(markdown, lecture):
 
 @pytest.mark.parametrize("folder", ["solutions", "assignments"])
 def test_the_shared_memory_is_asked(folder):
-    check_the_shared_memory_is_asked(_markdown(_cells(folder)), _lecture())
+    check_the_shared_memory_is_asked(transfer_text.markdown(transfer_text.cells(LAB, folder)),
+                                     transfer_text.lecture(LAB))
 
 
 def test_the_shared_memory_check_fails_on_the_contract_that_stated_it():
-    markdown = _markdown(json.loads(_old(f"solutions/{LAB}/{spec.load(LAB).notebook}"))["cells"])
-    assert "about 97 KiB, so two CTAs fit on an SM" in _flat(markdown)
+    notebook = transfer_text.old_text(OLD, f"solutions/{LAB}/{spec.load(LAB).notebook}")
+    markdown = transfer_text.markdown(json.loads(notebook)["cells"])
+    assert "about 97 KiB, so two CTAs fit on an SM" in transfer_text.flat(markdown)
     with pytest.raises(AssertionError):
-        check_the_shared_memory_is_asked(markdown, _lecture())
+        check_the_shared_memory_is_asked(markdown, transfer_text.lecture(LAB))
     with pytest.raises(AssertionError):
-        check_the_shared_memory_is_asked(_markdown(_cells("solutions")), _old(f"lectures/{LAB}/index.md"))
+        check_the_shared_memory_is_asked(transfer_text.markdown(transfer_text.cells(LAB, "solutions")),
+                                         transfer_text.old_text(OLD, f"lectures/{LAB}/index.md"))

@@ -2,76 +2,25 @@
 threads that read together on another problem (fp32 row sums over 256-byte rows, read a chunk
 column at a time) instead of the graded fp16 transpose, says what the transpose leaves to the
 student, and the notebook states the transpose's contract without its index maps."""
-import json
-import os
 import re
 
 import pytest
+import transfer_text
 
-from grader import spec
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LAB = "lab3_layout_swizzle"
 GRADED = ("d_plain", "d_swizzled")
-REGION = re.compile(r"### (BEGIN|END) SOLUTION")
 # Statement lines every staged kernel of the course writes the same way.
 GENERIC = {"T.cuda.cta_sync()"}
-
-
-def _lecture():
-    with open(os.path.join(ROOT, "lectures", LAB, "index.md")) as f:
-        return f.read()
-
-
-def _code_blocks(markdown):
-    return re.findall(r"```python\n(.*?)```", markdown, re.S)
-
-
-def _cells(folder):
-    with open(os.path.join(ROOT, folder, LAB, spec.load(LAB).notebook)) as f:
-        return json.load(f)["cells"]
-
-
-def _source(cell):
-    return cell["source"] if isinstance(cell["source"], str) else "".join(cell["source"])
-
-
-def _graded_cells(folder):
-    return [_source(c) for c in _cells(folder) if c["metadata"].get("nbgrader", {}).get("grade_id") in GRADED]
-
-
-def _squash(line):
-    return re.sub(r"\s+", "", line.split("#")[0])
 
 
 def _graded_lines():
     """The statement lines of the reference transposes (inside their solution regions), comments
     and spaces dropped."""
-    lines, inside = set(), False
-    for cell in _graded_cells("solutions"):
-        for line in cell.splitlines():
-            if REGION.search(line):
-                inside = "BEGIN" in line
-                continue
-            if inside and _squash(line):
-                lines.add(_squash(line))
-    return lines - GENERIC
-
-
-def _section(text, title):
-    assert title in text, title
-    start = text.index(title)
-    level = title.split(" ")[0]
-    nxt = re.search(rf"^{level} ", text[start + len(title):], re.M)
-    return text[start:start + len(title) + (nxt.start() if nxt else len(text))]
-
-
-def _flat(text):
-    return re.sub(r"\s+", " ", text)
+    return transfer_text.region_lines(transfer_text.graded_cells(LAB, "solutions", GRADED)) - GENERIC
 
 
 def test_no_lecture_code_block_is_the_graded_transpose():
-    blocks = _code_blocks(_lecture())
+    blocks = transfer_text.code_blocks(transfer_text.lecture(LAB))
     text = "\n".join(blocks)
     for name in ("def build_transpose_plain(", "def build_transpose_swizzled(", "def transpose_plain(",
                  "def transpose_swizzled(", "def transpose(", "def build_transpose_scalar("):
@@ -80,9 +29,9 @@ def test_no_lecture_code_block_is_the_graded_transpose():
         assert giveaway not in text, giveaway
     graded = _graded_lines()
     assert len(graded) >= 8, sorted(graded)            # the reading of the regions works
-    shown = {_squash(ln) for b in blocks for ln in b.splitlines()}
+    shown = {transfer_text.squash(ln) for b in blocks for ln in b.splitlines()}
     assert not graded & shown, sorted(graded & shown)
-    assert "## A transpose through shared memory in TIRx" not in _lecture()
+    assert "## A transpose through shared memory in TIRx" not in transfer_text.lecture(LAB)
 
 
 # What the subsection asks per phase: questions that name a decision of the transposes, without its answer.
@@ -104,57 +53,53 @@ ELSEWHERE = ("The transpose of part d runs into exactly this", "Part d's transpo
 
 
 def check_the_subsection_asks(text):
-    asks = _section(text, "## What the lab asks you to do")
-    sub = _section(asks, "### What you work out yourself")
+    asks = transfer_text.section(text, "## What the lab asks you to do")
+    sub = transfer_text.section(asks, "### What you work out yourself")
     for builder in ("build_transpose_plain", "build_transpose_swizzled"):
         assert builder in asks, builder
     for step in ("**Load phase.**", "**Gather phase.**", "**Store.**", "**The swizzled kernel.**"):
         assert step in sub, step
-    bullets = re.findall(r"^- (.*?)(?=^- |^\*\*|\Z)", sub, re.M | re.S)
+    bullets = transfer_text.bullets(sub)
     assert len(bullets) >= 8, len(bullets)
     assert all("?" in b for b in bullets), [b[:60] for b in bullets if "?" not in b]
-    flat = _flat(sub)
+    flat = transfer_text.flat(sub)
     for question in QUESTIONS:
         assert question in flat, question
     for answer in ANSWERS:
         assert answer not in flat, answer
-    whole = _flat(text)
+    whole = transfer_text.flat(text)
     for answer in ELSEWHERE:
         assert answer not in whole, answer
 
 
 def test_the_lecture_says_what_the_student_works_out_for_each_step():
-    check_the_subsection_asks(_lecture())
+    check_the_subsection_asks(transfer_text.lecture(LAB))
 
 
 def test_the_subsection_check_fails_on_the_lecture_that_answered():
     """The subsection as it was (chunk size, grid origin, gather reads, index swap and the reason
     for the layout spelled out) fails the check, and each listed answer was in it."""
-    import subprocess
-    old = subprocess.run(["git", "show", f"d1b9b34:lectures/{LAB}/index.md"], cwd=ROOT,
-                         capture_output=True, text=True)
-    if old.returncode:
-        pytest.skip("the old text is not in this checkout's history")
+    old = transfer_text.old_text("d1b9b34", f"lectures/{LAB}/index.md")
     with pytest.raises(AssertionError):
-        check_the_subsection_asks(old.stdout)
-    flat = _flat(old.stdout)
+        check_the_subsection_asks(old)
+    flat = transfer_text.flat(old)
     for answer in ANSWERS + ELSEWHERE:
         assert answer in flat, answer
 
 
 def test_the_notebook_states_the_contract_without_the_index_maps():
-    markdown = "\n".join(_source(c) for c in _cells("assignments") if c["cell_type"] == "markdown")
+    markdown = transfer_text.markdown(transfer_text.cells(LAB, "assignments"))
     (part_d,) = [s for s in markdown.split("\n## ") if s.startswith("Part d")]
-    flat = _flat(part_d)
+    flat = transfer_text.flat(part_d)
     for contract in ("kernel(a, b)", "multiples of 64", "128 threads", "16 bytes", "addresses_gather",
                      "Staging through shared memory in TIRx: row sums", "What you work out yourself", "0.85"):
         assert contract in flat, contract
-    given = "\n".join(_graded_cells("assignments"))
+    given = "\n".join(transfer_text.graded_cells(LAB, "assignments", GRADED))
     for text in (part_d, given):
         for giveaway in ("128·s + tid", "idx // 8", "idx % 8", "(8·p + k, j)", "8p + k", "64·bn + j",
                          'dtype="float16x8"', "s * THREADS + tid", "bn * TILE + j"):
             assert giveaway not in text, giveaway
-    assert not {_squash(ln) for ln in given.splitlines()} & _graded_lines()
+    assert not {transfer_text.squash(ln) for ln in given.splitlines()} & _graded_lines()
 
 
 def test_the_lecture_kernel_is_another_operation():
@@ -190,7 +135,7 @@ def test_the_lecture_counts_are_the_wavefront_models():
                    for w in range(0, nt, 32) for q in range(wide))
         got[name] = (store, load)
     assert got == {"row-major": (4, 32), "hardware": (4, 8), "listing": (4, 4)}, got
-    table = _flat(_lecture())
+    table = transfer_text.flat(transfer_text.lecture(LAB))
     assert "| row-major, `r * COLS + c` | 4 | 32 |" in table
     assert "| the hardware's 128-byte swizzle, applied to the row-major byte address | 4 | 8 |" in table
     assert "| the listing's: chunk `c // 4` XOR `r mod 8` | 4 | 4 |" in table
@@ -213,4 +158,4 @@ def test_the_lecture_kernel_compiles_to_what_the_lecture_says():
     key = "((((int)threadIdx.x) & 15) ^ (((int)threadIdx.x) >> 4))"
     assert all(key in s for s in stores), stores          # one XOR expression, constant offsets
     assert art.plan["launches"][0]["grid"] == [512, 1, 1] and art.plan["launches"][0]["block"] == [128, 1, 1]
-    assert "`(threadIdx.x & 15) ^ (threadIdx.x >> 4)`" in _lecture()
+    assert "`(threadIdx.x & 15) ^ (threadIdx.x >> 4)`" in transfer_text.lecture(LAB)

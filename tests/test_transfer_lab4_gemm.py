@@ -2,56 +2,35 @@
 K = 32 and the 64-byte swizzle: a ReLU epilogue on Blackwell, an unplaced register dump on Hopper),
 says what each graded step leaves to the student, and the notebook states the contract of the
 graded kernels without spelling out their code."""
-import json
 import os
 import re
 
 import pytest
+import transfer_text
 from test_thin_spots import _compile, lecture_kernels
 
-from grader import spec
-from grader.edition import release
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = transfer_text.ROOT
 LAB = "lab4_gemm"
 GRADED = tuple(f"{track}_step{s}" for s in range(1, 5) for track in ("hopper", "blackwell"))
 STEP_HEADS = ("## Step 1: one tile", "## Step 2: the K loop", "## Step 3: a grid of CTAs", "## Step 4: TMA")
 
 
-def _lecture(root=ROOT):
-    with open(os.path.join(root, "lectures", LAB, "index.md")) as f:
-        return f.read()
-
-
-def _cells(folder, root=ROOT):
-    with open(os.path.join(root, folder, LAB, spec.load(LAB).notebook)) as f:
-        return json.load(f)["cells"]
-
-
-def _code_blocks(markdown):
-    return re.findall(r"```python\n(.*?)```", markdown, re.S)
-
-
-def _squash(line):
-    return re.sub(r"\s+", "", line.split("#")[0])
-
-
 def _graded_mma_lines(root=ROOT):
     """The statement lines of the graded reference kernels that issue, wait for or read back the
     MMA, or load and store the tiles, stripped of comments and spaces."""
-    inside, _ = release.regions(os.path.join(root, "solutions", LAB, spec.load(LAB).notebook))
     keys = (r"gemm_async|mma_async|encode_matrix_descriptor|try_wait|copy_async|Tx\.cta\.copy|"
             r"vstore|Tx\.copy\(|expect_tx|tcgen05\.commit")
-    return {_squash(ln) for ln in inside if re.search(keys, ln) and len(_squash(ln)) > 20}
+    return transfer_text.solution_lines(
+        LAB, lambda ln: re.search(keys, ln) and len(transfer_text.squash(ln)) > 20, root)
 
 
 def check_no_lecture_block_gives_the_graded_kernels(root=ROOT):
-    blocks = _code_blocks(_lecture(root))
+    blocks = transfer_text.code_blocks(transfer_text.lecture(LAB, root))
     text = "\n".join(blocks)
     for name in GRADED:
         assert f"def {name}(" not in text, name
     assert "def one_tile(" not in text
-    squashed = {_squash(ln) for b in blocks for ln in b.splitlines()}
+    squashed = {transfer_text.squash(ln) for b in blocks for ln in b.splitlines()}
     same = _graded_mma_lines(root) & squashed
     assert not same, sorted(same)
     for giveaway in ("SWIZZLE_128B_ATOM, (128, 64)", "(128, 128) : (1@TLane, 1@TCol)", "n_cols=128",
@@ -81,10 +60,10 @@ ELSEWHERE = ("four times per half", "eight instructions per K tile", "which issu
 
 
 def check_the_lecture_says_what_each_step_leaves_to_the_student(root=ROOT):
-    lecture = _lecture(root)
+    lecture = transfer_text.lecture(LAB, root)
     asks = lecture[lecture.index("## Lab outline"):lecture.index("## Self-check")]
     assert "### What you work out yourself" in asks
-    section = re.sub(r"\s+", " ", asks[asks.index("### What you work out yourself"):])
+    section = transfer_text.flat(asks[asks.index("### What you work out yourself"):])
     for step in range(1, 5):
         assert f"**Step {step}**" in section, step
         for track in ("hopper", "blackwell"):
@@ -94,25 +73,25 @@ def check_the_lecture_says_what_each_step_leaves_to_the_student(root=ROOT):
     for question in QUESTIONS:
         assert question in section, question
     # every item is a question: each bullet of the subsection ends with a question mark
-    bullets = re.findall(r"^- (.*?)(?=^- |^\*\*|\Z)", asks[asks.index("### What you work out yourself"):], re.M | re.S)
+    bullets = transfer_text.bullets(asks[asks.index("### What you work out yourself"):])
     assert len(bullets) >= 10 and all("?" in b for b in bullets), [b for b in bullets if "?" not in b]
     for answer in ANSWERS:
         assert answer not in section, answer
-    flat = re.sub(r"\s+", " ", lecture)
+    flat = transfer_text.flat(lecture)
     for answer in ELSEWHERE:
         assert answer not in flat, answer
 
 
 def check_the_notebook_states_the_contract_without_the_code(root=ROOT):
     for folder in ("solutions", "assignments"):
-        cells = _cells(folder, root)
-        md = {"".join(c["source"]).split("\n")[0]: "".join(c["source"]) for c in cells if c["cell_type"] == "markdown"}
+        cells = transfer_text.cells(LAB, folder, root)
+        md = transfer_text.markdown_by_head(cells)
         steps = [md[h] for h in STEP_HEADS]
         for text in steps:
             assert "**What to build.**" in text and "**What the grader checks.**" in text
-        flat1 = re.sub(r"\s+", " ", steps[0])
+        flat1 = transfer_text.flat(steps[0])
         assert "relu_tile" in flat1 and "frag_dump" in flat1 and "What you work out yourself" in flat1
-        flat = re.sub(r"\s+", " ", "\n".join(steps))
+        flat = transfer_text.flat("\n".join(steps))
         for code in ("M=WGMMA_M, N=BLK_N", "acc[h * ACC + j]", "tmem[:, :BLK_N]", "accum=(k != 0)",
                      "accum=False", "flip it with", "A[rows, cols]", "mbar=tma_bar.ptr_to([0])",
                      "for each of the two m64 halves and each of the four k16 steps", "(BLK_M + BLK_N)",
@@ -181,17 +160,14 @@ def test_the_lecture_frag_dump_is_four_m64n64k16_wgmmas_on_sm_90a():
 def test_the_subsection_check_fails_on_the_lecture_that_answered(tmp_path):
     """The subsection as it was (the swizzle, the k16 count, the TMEM columns, the waits and the
     byte count of the graded kernels spelled out) fails the check of the questions."""
-    import subprocess
     path = f"lectures/{LAB}/index.md"
-    old = subprocess.run(["git", "show", f"d1b9b34:{path}"], cwd=ROOT, capture_output=True, text=True)
-    if old.returncode:
-        pytest.skip("the old text is not in this checkout's history")
+    old = transfer_text.old_text("d1b9b34", path)
     os.makedirs(tmp_path / os.path.dirname(path))
-    (tmp_path / path).write_text(old.stdout)
+    (tmp_path / path).write_text(old)
     with pytest.raises(AssertionError):
         check_the_lecture_says_what_each_step_leaves_to_the_student(str(tmp_path))
     # each answer string was in the old text, so its absence now is a change
-    flat = re.sub(r"\s+", " ", old.stdout)
+    flat = transfer_text.flat(old)
     for answer in ANSWERS + ELSEWHERE:
         assert answer in flat, answer
 
@@ -199,13 +175,10 @@ def test_the_subsection_check_fails_on_the_lecture_that_answered(tmp_path):
 def test_the_checks_fail_on_the_old_texts(tmp_path):
     """The lecture and notebooks as they were (a Blackwell listing of the graded step 1 with new
     names, the Hopper MMA spelled out in the notebook) fail every check above."""
-    import subprocess
     for path in (f"lectures/{LAB}/index.md", f"solutions/{LAB}/{LAB}.ipynb", f"assignments/{LAB}/{LAB}.ipynb"):
-        old = subprocess.run(["git", "show", f"d12940a:{path}"], cwd=ROOT, capture_output=True, text=True)
-        if old.returncode:
-            pytest.skip("the old texts are not in this checkout's history")
+        old = transfer_text.old_text("d12940a", path, "the old texts are not in this checkout's history")
         os.makedirs(tmp_path / os.path.dirname(path), exist_ok=True)
-        (tmp_path / path).write_text(old.stdout)
+        (tmp_path / path).write_text(old)
     for check in (check_no_lecture_block_gives_the_graded_kernels,
                   check_the_lecture_says_what_each_step_leaves_to_the_student,
                   check_the_notebook_states_the_contract_without_the_code):
@@ -221,8 +194,9 @@ OLD = "c5ed0b3"      # the notebooks before the contracts were turned into rules
 
 
 def _markdown(folder, root=ROOT):
-    return {"".join(c["source"]).split("\n")[0]: re.sub(r"\s+", " ", "".join(c["source"]))
-            for c in _cells(folder, root) if c["cell_type"] == "markdown"}
+    """Each markdown cell of the notebook in `folder`, flattened, under its heading."""
+    return {head: transfer_text.flat(text)
+            for head, text in transfer_text.markdown_by_head(transfer_text.cells(LAB, folder, root)).items()}
 
 
 def check_step2_states_the_wait_rule_not_its_placement(root=ROOT):
@@ -277,13 +251,10 @@ def test_the_notebook_contracts_state_rules(check):
 
 @pytest.mark.parametrize("check", RULE_CHECKS, ids=lambda c: c.__name__)
 def test_the_rule_checks_fail_on_the_notebooks_that_placed_the_wait(check, tmp_path):
-    import subprocess
     for folder in ("solutions", "assignments"):
         path = f"{folder}/{LAB}/{LAB}.ipynb"
-        old = subprocess.run(["git", "show", f"{OLD}:{path}"], cwd=ROOT, capture_output=True, text=True)
-        if old.returncode:
-            pytest.skip("the old notebooks are not in this checkout's history")
+        old = transfer_text.old_text(OLD, path, "the old notebooks are not in this checkout's history")
         os.makedirs(tmp_path / os.path.dirname(path), exist_ok=True)
-        (tmp_path / path).write_text(old.stdout)
+        (tmp_path / path).write_text(old)
     with pytest.raises(AssertionError):
         check(str(tmp_path))

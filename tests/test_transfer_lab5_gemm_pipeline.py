@@ -2,56 +2,32 @@
 problem other than the graded GEMM, says what the graded steps leave to the student, and the
 notebook states the contract of the graded builders without spelling out their code."""
 import json
-import os
 import re
 
 import pytest
+import transfer_text
 from test_thin_spots import _compile, lecture_kernels
 
-from grader import spec
-from grader.edition import release
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LAB = "lab5_gemm_pipeline"
 GRADED = ("hopper_step5", "blackwell_step5", "hopper_step7", "blackwell_step7")
-
-
-def _lecture():
-    with open(os.path.join(ROOT, "lectures", LAB, "index.md")) as f:
-        return f.read()
-
-
-def _cells(folder):
-    with open(os.path.join(ROOT, folder, LAB, spec.load(LAB).notebook)) as f:
-        return json.load(f)["cells"]
-
-
-def _code_blocks(markdown):
-    return re.findall(r"```python\n(.*?)```", markdown, re.S)
 
 
 def _graded_lines():
     """The statement lines of the graded reference kernels of steps 5 and 7 that are specific to
     the GEMM's ring (waits, releases, loads, wgmma groups), stripped of comments and spaces."""
-    inside, _ = release.regions(os.path.join(ROOT, "solutions", LAB, spec.load(LAB).notebook))
-    lines = set()
-    for region in inside:
-        for ln in region.splitlines():
-            code = re.sub(r"\s+", "", ln.split("#")[0])
-            if re.search(r"try_wait|mbarrier\.arrive|copy_async\(A|copy_async\(Asmem|wait_group\(1\)|"
-                         r"\.wait\(|\.arrive\(|wgmma_k_tile\(", code):
-                lines.add(code)
-    return lines
+    ring = (r"try_wait|mbarrier\.arrive|copy_async\(A|copy_async\(Asmem|wait_group\(1\)|"
+            r"\.wait\(|\.arrive\(|wgmma_k_tile\(")
+    return transfer_text.solution_lines(LAB, lambda ln: re.search(ring, transfer_text.squash(ln)))
 
 
 def test_no_lecture_code_block_spells_out_the_graded_ring():
     """The old annotated step-7 listing (producer loop on the A and B tiles, consumer wgmma group,
     release of the previous stage) is gone; no lecture block defines a graded builder."""
-    blocks = _code_blocks(_lecture())
+    blocks = transfer_text.code_blocks(transfer_text.lecture(LAB))
     text = "\n".join(blocks)
     for name in GRADED:
         assert f"def {name}(" not in text, name
-    squashed = {re.sub(r"\s+", "", ln.split("#")[0]) for b in blocks for ln in b.splitlines()}
+    squashed = {transfer_text.squash(ln) for b in blocks for ln in b.splitlines()}
     assert not {ln for ln in _graded_lines() if len(ln) > 30} & squashed, \
         sorted({ln for ln in _graded_lines() if len(ln) > 30} & squashed)
     for giveaway in ("issue_wgmmas(", "(slot + STAGES - 1) % STAGES", "Bs[slot, :, :], B[n0:n0 + 128",
@@ -86,53 +62,50 @@ def check_the_lecture_says_what_steps_5_and_7_leave_to_the_student(lecture):
         assert step in section, step
         for b in builders:
             assert b in section, b
-    flat = re.sub(r"\s+", " ", section)
+    flat = transfer_text.flat(section)
     for name in ("ring_sumsq", "two_roles", "asynchronous", "grouped_tile_coords", "PRODUCER_REGS"):
         assert name in flat, name
     for question in QUESTIONS:
         assert question in flat, question
-    bullets = re.findall(r"^- (.*?)(?=^- |^\*\*|\Z)", section, re.M | re.S)
+    bullets = transfer_text.bullets(section)
     assert len(bullets) >= 10 and all("?" in b for b in bullets), [b for b in bullets if "?" not in b]
     for answer in ANSWERS:
         assert answer not in flat, answer
-    whole = re.sub(r"\s+", " ", lecture)
+    whole = transfer_text.flat(lecture)
     for answer in ELSEWHERE:
         assert answer not in whole, answer
 
 
 def test_the_lecture_says_what_steps_5_and_7_leave_to_the_student():
-    check_the_lecture_says_what_steps_5_and_7_leave_to_the_student(_lecture())
+    check_the_lecture_says_what_steps_5_and_7_leave_to_the_student(transfer_text.lecture(LAB))
 
 
 def test_the_subsection_check_fails_on_the_lecture_that_answered():
     """The subsection as it was (the loads in flight, the wait counts, the bytes per stage and the
     arrivals of the graded steps spelled out) fails the check; each listed answer was in it."""
-    import subprocess
-    old = subprocess.run(["git", "show", f"d1b9b34:lectures/{LAB}/index.md"], cwd=ROOT, capture_output=True, text=True)
-    if old.returncode:
-        pytest.skip("the old text is not in this checkout's history")
+    old = transfer_text.old_text("d1b9b34", f"lectures/{LAB}/index.md")
     with pytest.raises(AssertionError):
-        check_the_lecture_says_what_steps_5_and_7_leave_to_the_student(old.stdout)
-    flat = re.sub(r"\s+", " ", old.stdout)
+        check_the_lecture_says_what_steps_5_and_7_leave_to_the_student(old)
+    flat = transfer_text.flat(old)
     for answer in ANSWERS + ELSEWHERE:
         assert answer in flat, answer
 
 
 def test_the_notebook_states_the_contract_without_the_schedule():
     for folder in ("solutions", "assignments"):
-        cells = _cells(folder)
-        md = {"".join(c["source"]).split("\n")[0]: "".join(c["source"]) for c in cells if c["cell_type"] == "markdown"}
+        cells = transfer_text.cells(LAB, folder)
+        md = transfer_text.markdown_by_head(cells)
         step5, step7 = md["## Step 5: a ring of stages"], md["## Step 7: warp specialization"]
         for text in (step5, step7):
             assert "**What to build.**" in text and "**What the grader checks.**" in text
             assert "ring_sumsq" in text and "What you work out yourself" in text
-        flat5 = re.sub(r"\s+", " ", step5)
+        flat5 = transfer_text.flat(step5)
         for schedule in ("hands the stage of the group before it back", "loads the K tile three ahead",
                          "peel the last K tile"):
             assert schedule not in flat5, schedule
         code = {c["source"][0] if c["source"] else "": "".join(c["source"]) for c in cells if c["cell_type"] == "code"}
         docs = "\n".join(v for k, v in code.items() if re.match(r"def (hopper|blackwell)_step[57]\(", k))
-        flat = re.sub(r"\s+", " ", docs)
+        flat = transfer_text.flat(docs)
         for schedule in ("waits only for the MMA of tile k-1", "Thread 0 keeps the TMA loads",
                          "acc_empty[2] MBarrier"):
             assert schedule not in flat, schedule
@@ -160,19 +133,13 @@ def test_the_lecture_ring_compiles_to_a_warp_specialized_ring_on_sm_90a():
 # half of B multicast with mask 0b11, four empty arrivals); the notebook said the same. The
 # mechanisms and the TIRx calls stay; the decisions are now questions of "What you work out yourself".
 OLD = "c5ed0b3"      # the texts before steps 6, 8 and 9 were turned into questions
-
-
-def _git_show(path):
-    import subprocess
-    old = subprocess.run(["git", "show", f"{OLD}:{path}"], cwd=ROOT, capture_output=True, text=True)
-    if old.returncode:
-        pytest.skip("the old texts are not in this checkout's history")
-    return old.stdout
+OLD_MISSING = "the old texts are not in this checkout's history"
 
 
 def _section(lecture, head):
+    """The section `head` flattened, up to the next level-2 heading (one must follow)."""
     start = lecture.index(head)
-    return re.sub(r"\s+", " ", lecture[start:lecture.index("\n## ", start + 1)])
+    return transfer_text.flat(lecture[start:lecture.index("\n## ", start + 1)])
 
 
 STEP689_GIVEAWAYS = {
@@ -219,10 +186,10 @@ def check_the_lecture_asks_steps_6_8_9(lecture):
         assert step in asks, step
         for b in builders:
             assert b in asks, b
-    flat = re.sub(r"\s+", " ", asks)
+    flat = transfer_text.flat(asks)
     for question in STEP689_QUESTIONS:
         assert question in flat, question
-    selfcheck = re.sub(r"\s+", " ", lecture[lecture.index("## Self-check"):])
+    selfcheck = transfer_text.flat(lecture[lecture.index("## Self-check"):])
     assert "announces only the 32 KB it loads itself" not in selfcheck
     assert "announces only the bytes of the loads it issues itself" in selfcheck
 
@@ -240,8 +207,7 @@ NOTEBOOK_GIVEAWAYS = {
 
 
 def check_the_notebook_leaves_steps_6_8_9_to_the_student(cells):
-    md = {"".join(c["source"]).split("\n")[0]: re.sub(r"\s+", " ", "".join(c["source"]))
-          for c in cells if c["cell_type"] == "markdown"}
+    md = {head: transfer_text.flat(text) for head, text in transfer_text.markdown_by_head(cells).items()}
     for head, gone in NOTEBOOK_GIVEAWAYS.items():
         for g in gone:
             assert g not in md[head], (head, g)
@@ -253,27 +219,27 @@ def check_the_notebook_leaves_steps_6_8_9_to_the_student(cells):
 
 
 def test_the_lecture_asks_what_steps_6_8_and_9_leave_to_the_student():
-    check_the_lecture_asks_steps_6_8_9(_lecture())
+    check_the_lecture_asks_steps_6_8_9(transfer_text.lecture(LAB))
 
 
 def test_the_notebook_leaves_steps_6_8_and_9_to_the_student():
     for folder in ("solutions", "assignments"):
-        check_the_notebook_leaves_steps_6_8_9_to_the_student(_cells(folder))
+        check_the_notebook_leaves_steps_6_8_9_to_the_student(transfer_text.cells(LAB, folder))
 
 
 def test_the_step_6_8_9_checks_fail_on_the_texts_that_gave_the_design():
-    lecture = _git_show(f"lectures/{LAB}/index.md")
+    lecture = transfer_text.old_text(OLD, f"lectures/{LAB}/index.md", OLD_MISSING)
     with pytest.raises(AssertionError):
         check_the_lecture_asks_steps_6_8_9(lecture)
-    flat = re.sub(r"\s+", " ", lecture)
+    flat = transfer_text.flat(lecture)
     for gone in STEP689_GIVEAWAYS.values():
         for g in gone:
             assert g in flat, g          # each was in the old lecture, so its absence is a change
     for folder in ("solutions", "assignments"):
-        cells = json.loads(_git_show(f"{folder}/{LAB}/{LAB}.ipynb"))["cells"]
+        cells = json.loads(transfer_text.old_text(OLD, f"{folder}/{LAB}/{LAB}.ipynb", OLD_MISSING))["cells"]
         with pytest.raises(AssertionError):
             check_the_notebook_leaves_steps_6_8_9_to_the_student(cells)
-        text = re.sub(r"\s+", " ", "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown"))
+        text = transfer_text.flat(transfer_text.markdown(cells))
         for gone in NOTEBOOK_GIVEAWAYS.values():
             for g in gone:
                 assert g in text, g

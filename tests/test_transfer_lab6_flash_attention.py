@@ -3,45 +3,24 @@ problems (a packed load of a head-major Q, the conditional reference of a row sh
 lanes, a relay of three warpgroups on named barriers, a bias written into tensor memory), says
 per graded step what the student works out, and the notebook states the contract of the graded
 builders without spelling out their schedule."""
-import json
-import os
 import re
 
 import pytest
+import transfer_text
 from test_thin_spots import PRELUDE, _compile, lecture_kernels
 
-from grader import spec
 from grader.edition import release
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LAB = "lab6_flash_attention"
 STEPS = {2: ("hopper_attn_step2", "blackwell_attn_step2"), 3: ("hopper_attn_step3", "blackwell_attn_step3"),
          4: ("hopper_attn_step4", "blackwell_attn_step4"), 5: ("hopper_attn_step5", "blackwell_attn_step5")}
 
 
-def _lecture():
-    with open(os.path.join(ROOT, "lectures", LAB, "index.md")) as f:
-        return f.read()
-
-
-def _cells(folder):
-    with open(os.path.join(ROOT, folder, LAB, spec.load(LAB).notebook)) as f:
-        return json.load(f)["cells"]
-
-
-def _code_blocks(markdown):
-    return re.findall(r"```python\n(.*?)```", markdown, re.S)
-
-
-def _squash(line):
-    return re.sub(r"\s+", "", line.split("#")[0])
-
-
 def _solution_lines():
     """The statement lines of the graded reference kernels, without comments and spaces, less the
     calls with constant arguments only (`T.ptx.tcgen05.wait.st()`), which name the API."""
-    inside, _ = release.regions(os.path.join(ROOT, "solutions", LAB, spec.load(LAB).notebook))
-    return {_squash(ln) for ln in inside if len(_squash(ln)) > 30 and not release.trivial(ln)}
+    return transfer_text.solution_lines(
+        LAB, lambda ln: len(transfer_text.squash(ln)) > 30 and not release.trivial(ln))
 
 
 def test_no_lecture_code_block_is_a_graded_kernel_with_new_names():
@@ -49,13 +28,13 @@ def test_no_lecture_code_block_is_a_graded_kernel_with_new_names():
     thread's threshold-8 update, P into TMEM before the PV MMA, the two-consumer ping-pong) are
     gone, no block defines a graded builder, and no code line of the lecture is one of the
     reference solution's."""
-    blocks = _code_blocks(_lecture())
+    blocks = transfer_text.code_blocks(transfer_text.lecture(LAB))
     text = "\n".join(blocks)
     for builders in STEPS.values():
         for name in builders:
             assert f"def {name}(" not in text, name
     assert "def _fa4(" not in text
-    squashed = {_squash(ln) for b in blocks for ln in b.splitlines()}
+    squashed = {transfer_text.squash(ln) for b in blocks for ln in b.splitlines()}
     assert not _solution_lines() & squashed, sorted(_solution_lines() & squashed)
     for giveaway in ("Qsmem.view(POS, GROUP, HEAD_DIM)", "tile * POS:(tile + 1) * POS, hkv * GROUP",
                      "if gap < -8.0:", "scale[0] = T.ptx.exp2(gap)", "p_ready.arrive(0)",
@@ -65,8 +44,8 @@ def test_no_lecture_code_block_is_a_graded_kernel_with_new_names():
 
 
 def test_the_lecture_shows_the_variants_and_keeps_the_calls():
-    lecture = _lecture()
-    blocks = _code_blocks(lecture)
+    lecture = transfer_text.lecture(LAB)
+    blocks = transfer_text.code_blocks(lecture)
     load = next(b for b in blocks if b.startswith("# Head-major Q"))
     assert "Qtile.view(GRP, SPAN, HEAD_DIM)" in load and "Qh[b, hkv * GRP:(hkv + 1) * GRP, tile * SPAN" in load
     assert "T.ptx.mbarrier.arrive.expect_tx(" in load
@@ -106,52 +85,49 @@ def check_the_lecture_says_what_each_step_leaves_to_the_student(lecture):
         assert f"**Step {step}**" in section, step
         for b in builders:
             assert b in section, b
-    flat = re.sub(r"\s+", " ", section)
+    flat = transfer_text.flat(section)
     for name in ("lse_pairs", "acc_row", "ring_sumsq", "PINGPONG_STAGES", "turns", "K_SPLIT", "exp2_fma",
                  "head-major", "packed_row", "T.floordiv", "gqa_pack"):
         assert name in flat, name
     for question in QUESTIONS:
         assert question in flat, question
-    bullets = re.findall(r"^- (.*?)(?=^- |^\*\*|\Z)", section, re.M | re.S)
+    bullets = transfer_text.bullets(section)
     assert len(bullets) >= 15 and all("?" in b for b in bullets), [b for b in bullets if "?" not in b]
     for answer in ANSWERS:
         assert answer not in flat, answer
 
 
 def test_the_lecture_says_what_each_step_leaves_to_the_student():
-    check_the_lecture_says_what_each_step_leaves_to_the_student(_lecture())
+    check_the_lecture_says_what_each_step_leaves_to_the_student(transfer_text.lecture(LAB))
 
 
 def test_the_subsection_check_fails_on_the_lecture_that_answered():
     """The subsection as it was (the row ownership, the scale, the arrival counts, the threshold and
     the order of the work of the graded kernels spelled out) fails the check; each listed answer
     was in it."""
-    import subprocess
-    old = subprocess.run(["git", "show", f"d1b9b34:lectures/{LAB}/index.md"], cwd=ROOT, capture_output=True, text=True)
-    if old.returncode:
-        pytest.skip("the old text is not in this checkout's history")
+    old = transfer_text.old_text("d1b9b34", f"lectures/{LAB}/index.md")
     with pytest.raises(AssertionError):
-        check_the_lecture_says_what_each_step_leaves_to_the_student(old.stdout)
-    flat = re.sub(r"\s+", " ", old.stdout)
+        check_the_lecture_says_what_each_step_leaves_to_the_student(old)
+    flat = transfer_text.flat(old)
     for answer in ANSWERS:
         assert answer in flat, answer
 
 
 def test_the_notebook_states_the_contract_without_the_schedule():
     for folder in ("solutions", "assignments"):
-        cells = _cells(folder)
-        md = {"".join(c["source"]).split("\n")[0]: "".join(c["source"]) for c in cells if c["cell_type"] == "markdown"}
+        cells = transfer_text.cells(LAB, folder)
+        md = transfer_text.markdown_by_head(cells)
         for head in ("## Step 2: one query tile", "## Step 3: a producer and a ring",
                      "## Step 4: ping-pong and conditional rescaling", "## Step 5: causal blocks and GQA packing"):
             text = md[head]
             assert "**What to build.**" in text and "**What the grader checks.**" in text, head
-            assert "What you work out yourself" in re.sub(r"\s+", " ", text), head
-        flat4 = re.sub(r"\s+", " ", md["## Step 4: ping-pong and conditional rescaling"])
+            assert "What you work out yourself" in transfer_text.flat(text), head
+        flat4 = transfer_text.flat(md["## Step 4: ping-pong and conditional rescaling"])
         assert "issues `O += P·V` of its previous block together with" not in flat4
         assert "The PV MMA is split" not in flat4
         code = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "code"
                          and re.search(r"def (hopper|blackwell)_attn_step[2-5]\(", "".join(c["source"])))
-        docs = re.sub(r"\s+", " ", "\n".join(re.findall(r'"""(.*?)"""', code, re.S)))
+        docs = transfer_text.flat("\n".join(re.findall(r'"""(.*?)"""', code, re.S)))
         for schedule in ("K_{j+1} is requested as soon as", "thread 0 waits for K_j", "K0, K1, V0, K2",
                          "Consumer 0 goes first", "consumer 1 skips the hand-over", "interleaves PV_0",
                          "p_o_ready / p2_ready", "processes them last-to-first", "kv_empty[ST]",
@@ -177,7 +153,7 @@ def test_the_lecture_variants_compile_to_what_the_lecture_says():
     assert re.search(r"BAR\.SYNC\S* R\d+, 0x100", art.sass)          # the id is in a register, 256 threads
 
     # the head-major packed load, placed in a kernel of its own: one TMA load of the whole box
-    load = next(b for b in _code_blocks(_lecture()) if b.startswith("# Head-major Q"))
+    load = next(b for b in transfer_text.code_blocks(transfer_text.lecture(LAB)) if b.startswith("# Head-major Q"))
     body = "\n".join("        " + ln for ln in load.split("...\n", 1)[1].splitlines())
     harness = f'''
 HEAD_DIM, GRP, B, H, SEQ = 128, 8, 2, 16, 300
