@@ -22,8 +22,9 @@ What runs where:
   and only for the kernels the plan launches (``--kernel-name``), each launch once: no kernel of
   torch's (the inputs, the reference) is ever read as the submission's, whatever its name.
 - Build parts that ask at about the same time share one run of ncu (:class:`Batcher`): one start
-  of ncu and of a Python process with torch for all their kernels. The launches are read back in
-  order, each against its own plan's kernel names.
+  of ncu and of a Python process with torch for all their kernels, whichever grading process
+  (each lab of ``check all`` has its own) asked. The launches are read back in order, each
+  against its own plan's kernel names.
 - A kernel that fails in the profiled run (it does not load, faults, or does not finish) is not a
   machine that cannot profile: nothing shows its mechanisms executing, so its build part scores
   nothing (``Executed.failed``); the kernels after it are profiled again in a new process (the
@@ -46,6 +47,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
 
 from . import spans
@@ -314,32 +316,122 @@ def _results(d: str) -> list[dict]:
 
 
 class Batcher:
-    """Profiles requested at about the same time go through one run of ncu: a request made while a
-    run is under way (or while another grading process holds the machine's profiler) waits, and
-    the next run takes every request waiting by then. Nothing waits for a request that has not
-    been made, so parts graded one at a time are profiled one at a time, as before."""
+    """One queue of profiled runs for the machine (for each GPU), shared by every grading process
+    and thread: a request is a file in the grader's private folder, and whoever next holds the
+    queue's lock runs every request waiting by then (its own and those of other labs' processes)
+    in one run of ncu, and writes each request's outcome back beside it. So a request made while a
+    run is under way, in this process or another, joins the next run; nothing waits for a request
+    that has not been made. A request whose run died with its holder is run again by the next
+    holder (nobody else can be running it: running needs the lock); one whose asker has died is
+    dropped.
+    Requests and outcomes are JSON (a cubin as base64), written by the grader's processes only."""
 
-    def __init__(self) -> None:
-        import threading
-        self._mu = threading.Lock()
-        self._runner = threading.Lock()
-        self._pending: list[tuple[Job, dict]] = []
+    POLL_S = 0.05
+
+    def __init__(self, root: str | None = None) -> None:
+        self._root = root
+
+    def _folder(self, job: Job) -> str:
+        from . import sandbox
+        devices = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+        key = "".join(c for c in f"{job.gpu}-{devices}" if c.isalnum() or c in "-_,") or "0"
+        d = os.path.join(self._root or sandbox.private_dir(), f"profiler-queue-{key}")
+        os.makedirs(d, mode=0o700, exist_ok=True)
+        return d
 
     def profile(self, job: Job) -> Executed:
-        slot: dict = {}
-        with self._mu:
-            self._pending.append((job, slot))
-        with self._runner:
-            if "result" not in slot:
-                with self._mu:
-                    batch, self._pending = self._pending, []
+        import fcntl
+        d = self._folder(job)
+        rid = f"{time.time_ns():020d}-{os.getpid()}-{threading.get_ident()}"
+        _write_json(os.path.join(d, rid + ".job"), _job_record(job))
+        answer = os.path.join(d, rid + ".result")
+        fd = os.open(os.path.join(d, "queue.lock"), os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW, 0o600)
+        try:
+            while True:
+                locked = False
+                with spans.span("profiler_wait"):
+                    while not os.path.exists(answer) and not locked:
+                        try:
+                            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                            locked = True
+                        except BlockingIOError:
+                            time.sleep(self.POLL_S)
                 try:
-                    results = profile_many([j for j, _ in batch])
-                except BaseException as e:  # noqa: BLE001 - every waiting part gets the reason
-                    results = [Executed(None, f"the profiled run failed: {type(e).__name__}: {e}") for _ in batch]
-                for (_, s), r in zip(batch, results):
-                    s["result"] = r
-        return slot["result"]
+                    if os.path.exists(answer):
+                        return _take_result(answer)
+                    self._drain(d)
+                finally:
+                    if locked:
+                        fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            os.close(fd)
+
+    def _drain(self, d: str) -> None:
+        """Run every request waiting in ``d`` without an outcome (those made since the last run, and
+        any whose run ended with its holder) in one batch; the caller holds the queue's lock."""
+        names = sorted(n[:-len(".job")] for n in os.listdir(d) if n.endswith(".job"))
+        claimed = []
+        for rid in names:
+            path = os.path.join(d, rid + ".job")
+            if os.path.exists(os.path.join(d, rid + ".result")):
+                continue
+            if not _alive(int(rid.split("-")[1])):       # its process is gone: nobody waits for it
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
+                continue
+            try:
+                with open(path) as f:
+                    claimed.append((rid, _job_from(json.load(f))))
+            except (OSError, ValueError, KeyError) as e:
+                _write_json(os.path.join(d, rid + ".result"),
+                            dataclasses.asdict(Executed(None, f"the profiled run's request was unreadable: {e}")))
+        if not claimed:
+            return
+        try:
+            results = profile_many([j for _, j in claimed])
+        except BaseException as e:  # noqa: BLE001 - every waiting part gets the reason
+            results = [Executed(None, f"the profiled run failed: {type(e).__name__}: {e}") for _ in claimed]
+        for (rid, _), r in zip(claimed, results):
+            _write_json(os.path.join(d, rid + ".result"), dataclasses.asdict(r))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _job_record(job: Job) -> dict:
+    import base64
+    return {"plan": job.plan, "cubin": base64.b64encode(job.cubin).decode(), "ptx": job.ptx,
+            "inputs": job.inputs, "gpu": job.gpu}
+
+
+def _job_from(rec: dict) -> Job:
+    import base64
+    return Job(rec["plan"], base64.b64decode(rec["cubin"]), rec["ptx"], rec["inputs"], rec["gpu"])
+
+
+def _write_json(path: str, obj) -> None:
+    """Write ``obj`` to ``path`` at once: a reader sees the whole file or none."""
+    tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
+    fd = os.open(tmp, os.O_CREAT | os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(obj, f)
+    os.replace(tmp, path)
+
+
+def _take_result(path: str) -> Executed:
+    with open(path) as f:
+        rec = json.load(f)
+    for suffix in (".result", ".job"):
+        with contextlib.suppress(OSError):
+            os.unlink(path[:-len(".result")] + suffix)
+    return Executed(**rec)
 
 
 BATCHER = Batcher()

@@ -138,7 +138,7 @@ def test_the_profiler_runs_only_between_the_profiled_process_own_start_and_stop(
         "torch.cuda.profiler.stop()")
 
 
-def test_requests_made_while_a_run_is_under_way_share_the_next_run(monkeypatch):
+def test_requests_made_while_a_run_is_under_way_share_the_next_run(monkeypatch, tmp_path):
     runs = []
     started = threading.Event()
 
@@ -148,7 +148,7 @@ def test_requests_made_while_a_run_is_under_way_share_the_next_run(monkeypatch):
         time.sleep(0.3)
         return [executed.Executed("listing", batch=len(jobs)) for _ in jobs]
     monkeypatch.setattr(executed, "profile_many", profile_many)
-    batcher = executed.Batcher()
+    batcher = executed.Batcher(str(tmp_path))
     mk = lambda p: executed.Job({"launches": []}, b"", "", {"part": p})   # noqa: E731
     got = {}
     first = threading.Thread(target=lambda: got.setdefault("a", batcher.profile(mk("a"))))
@@ -161,6 +161,75 @@ def test_requests_made_while_a_run_is_under_way_share_the_next_run(monkeypatch):
         t.join(10)
     assert runs[0] == ["a"] and sorted(runs[1]) == ["b", "c"] and len(runs) == 2
     assert got["a"].batch == 1 and got["b"].batch == got["c"].batch == 2
+
+
+def _queue_fake(log):
+    """A stand-in for profile_many that writes each run's parts to ``log`` (one line per run) and
+    answers each job with its own part's name."""
+    def profile_many(jobs):
+        with open(log, "a") as f:
+            f.write(json.dumps([j.inputs["part"] for j in jobs]) + "\n")
+        time.sleep(0.6)
+        return [executed.Executed(f"listing of {j.inputs['part']}", message=j.inputs["part"], batch=len(jobs))
+                for j in jobs]
+    return profile_many
+
+
+def _ask(root, log, part, out):
+    """In a process of its own (as each lab's grading process is): one request to the queue."""
+    executed.profile_many = _queue_fake(log)
+    res = executed.Batcher(root).profile(executed.Job({"launches": []}, b"\0\1", "// ptx", {"part": part}, gpu="GPU-x"))
+    with open(out, "w") as f:
+        json.dump({"message": res.message, "sass": res.sass, "batch": res.batch}, f)
+
+
+def test_labs_graded_in_separate_processes_share_one_profiled_run(tmp_path):
+    """check all grades each lab in its own process: a request another process makes while a run
+    is under way joins the next run, whichever process holds the queue then, and each process gets
+    the outcome of its own kernel (before, each process had its own batcher, and parts of
+    different labs never shared a run: 13 runs of ncu in check all)."""
+    import multiprocessing
+    ctx = multiprocessing.get_context("fork")
+    root, log = str(tmp_path / "private"), str(tmp_path / "runs.log")
+    os.makedirs(root)
+    first = ctx.Process(target=_ask, args=(root, log, "lab4 s1", str(tmp_path / "a.json")))
+    first.start()
+    deadline = time.time() + 10
+    while not os.path.exists(log) and time.time() < deadline:
+        time.sleep(0.02)
+    later = [ctx.Process(target=_ask, args=(root, log, p, str(tmp_path / f"{i}.json")))
+             for i, p in enumerate(["lab5 s5", "lab6 s2", "lab2 b"])]
+    for p in later:
+        p.start()
+    for p in [first, *later]:
+        p.join(20)
+        assert p.exitcode == 0
+    runs = [json.loads(line) for line in open(log)]
+    assert runs[0] == ["lab4 s1"] and sorted(runs[1]) == ["lab2 b", "lab5 s5", "lab6 s2"] and len(runs) == 2, runs
+    for name, part in [("a", "lab4 s1"), ("0", "lab5 s5"), ("1", "lab6 s2"), ("2", "lab2 b")]:
+        got = json.load(open(tmp_path / f"{name}.json"))
+        assert got["message"] == part and got["sass"] == f"listing of {part}", got
+        assert got["batch"] == (1 if part == "lab4 s1" else 3)
+    assert not [n for n in os.listdir(os.path.join(root, os.listdir(root)[0])) if n.endswith((".job", ".result"))]
+
+
+def test_a_request_left_by_a_dead_holder_runs_again_and_one_of_a_dead_asker_is_dropped(monkeypatch, tmp_path):
+    log = str(tmp_path / "runs.log")
+    monkeypatch.setattr(executed, "profile_many", _queue_fake(log))
+    batcher = executed.Batcher(str(tmp_path))
+    job = lambda p: executed.Job({"launches": []}, b"", "", {"part": p}, gpu="GPU-x")  # noqa: E731
+    folder = batcher._folder(job("x"))
+    # a request of a live process whose holder died mid-run (no outcome written), and one whose asker is gone
+    import subprocess
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    executed._write_json(os.path.join(folder, f"{1:020d}-{os.getpid()}-1.job"), executed._job_record(job("orphan")))
+    executed._write_json(os.path.join(folder, f"{2:020d}-{gone.pid}-1.job"), executed._job_record(job("dead asker")))
+    res = batcher.profile(job("mine"))
+    assert res.message == "mine" and res.batch == 2
+    assert [json.loads(line) for line in open(log)] == [["orphan", "mine"]]
+    left = sorted(os.listdir(folder))
+    assert f"{1:020d}-{os.getpid()}-1.result" in left and not [n for n in left if "dead" in n or f"-{gone.pid}-" in n]
 
 
 FAKE_H200 = hardware.Device(present=True, driver_name="NVIDIA H200", spec=hardware.SPECS["H200"], row_note="test",
