@@ -243,3 +243,142 @@ def test_the_step_6_8_9_checks_fail_on_the_texts_that_gave_the_design():
         for gone in NOTEBOOK_GIVEAWAYS.values():
             for g in gone:
                 assert g in text, g
+
+
+# ---------------------------------------------------------------- the builders' docstrings and the given constants
+# A student trial found that steps 8 and 9 of both tracks could be finished by transcribing what the
+# notebook handed over: the consumers' rows and wgmma shape and the register arithmetic (168 =
+# 65536 / 384, 40 + 2 x 232 = 3 x 168) in the docstrings, the barrier plans of Hopper step 9 and
+# Blackwell step 8 (counts, expect_tx bytes, masks, which CTA's copy is live), the warp of each
+# Blackwell role, the stage and shared-memory budgets in the given constants' comments, and part d's
+# formula for the empty arrivals. The contracts stay; the decisions are questions of "What you work
+# out yourself".
+OLD_DOCS = "33662e1"      # the texts whose docstrings and comments still gave the plans
+REGIONS = re.compile(r"### (BEGIN|END) (SOLUTION|HIDDEN TESTS)")
+
+DOC_GIVEAWAYS = (
+    # hopper_step8 and the step 8 text
+    "c computes rows 64c .. 64c + 63", "one m64n256k16 wgmma per k16 step", "empty[s] now waits for both consumers",
+    "start at 168 (65536 / 384)", "start at 168 registers each (65536 / 384)",
+    # hopper_step9 and the step 9 texts
+    "(cta_mask 0b11)", "one half (128 rows) of the B tile", "expects its own A bytes and both B halves",
+    "empty[s] counts NUM_CONSUMERS x CLUSTER_M arrivals", "arrives on its own CTA's empty[s] and on the peer's",
+    "Cluster barriers after the barrier init", "a cluster barrier after the barrier init and another before exit",
+    "counts the consumers of both CTAs",
+    # blackwell_step7
+    "warp 3 = TMA producer, warp 0 = MMA issuer", "256 x 232 registers fit",
+    # blackwell_step8 and the given mask helper
+    "Barriers (every CTA has every array", "arrive.expect_tx(2 x 32 KB)", "every CTA: count pairs",
+    "leader: count 2 x 128", "each loads one 64-row half", "cta_mask = 0b0101 << r", "cta_mask 0b0101 << r",
+    "CTA r holds rows r*128.. of A",
+    # blackwell_step9
+    "40 + 2 x 232 = 3 x 168", "ptxas starts every thread at 168", "warp 3 TMA producer, warps 0 and 1",
+    "(consumer c: rows c*256.. of the cluster tile)", "(c*256..)", "hence one Dsmem buffer per epilogue",
+    # the given constants
+    "4 x 48 KB ring + 2 x 16 KB epilogue buffers = 224 KB", "4 x 32 KB + 32 KB for the D tile",
+    "step 9 ring: 4 x 48 KB", "two consumer warpgroups of m64n256", "its 64 x 256 result",
+    # part d
+    "so that is `cm + cn − 1` CTAs", "`(cm + cn − 1) × consumers` arrivals",
+)
+DOC_NUMBERS = ("224 KB", "48 KB", "0b0101", "0b11", "cm + cn", "3 x 168", "65536 / 384", "NUM_CONSUMERS x CLUSTER_M")
+# what the builders still state: the contract
+DOC_CONTRACT = {
+    "hopper_step8": ("A 128 x 256 CTA tile", "PRODUCER_REGS", "CONSUMER_REGS", "``kernel(A, B, D)``"),
+    "hopper_step9": ("clusters of CLUSTER_M = 2 CTAs along M", "every B byte leaves L2 once per cluster",
+                     "TMA multicast", "``kernel(A, B, D)``"),
+    "blackwell_step7": ("setmaxnreg", "PRODUCER_REGS", "EPILOGUE_REGS", "warning C7508"),
+    "blackwell_step8": ("Cluster of 2 x pairs CTAs", "A cluster tile is 256 x 512 of D", "tcgen05.mma.cta_group::2",
+                        "a_multicast_mask", "pairs=1 is the book's cluster of one pair", "A 4-CTA cluster needs 4 free SMs"),
+    "blackwell_step9": ("two A blocks and one B tile", "A cluster tile is 512 x 512", "PRODUCER_REGS", "EPILOGUE_REGS"),
+    "hopper_helpers": ("WS_STAGES = 4", "the lecture asks why"),
+    "blackwell_helpers": ("STAGES_9 = 4", "the lecture asks why"),
+}
+
+
+def _visible(cells):
+    """The student-visible text of the cells, flattened: markdown and code, less the solution and
+    hidden-test regions (which the student edition strips)."""
+    out = []
+    for cell in cells:
+        inside = False
+        for line in transfer_text.source(cell).splitlines():
+            if REGIONS.search(line):
+                inside = "BEGIN" in line
+            elif not inside:
+                out.append(line)
+    return transfer_text.flat("\n".join(out))
+
+
+def check_the_notebook_hands_over_no_plan(cells):
+    text = _visible(cells)
+    for gone in DOC_GIVEAWAYS + DOC_NUMBERS:
+        assert gone not in text, gone
+    by_id = {c["metadata"].get("nbgrader", {}).get("grade_id"): _visible([c]) for c in cells}
+    for grade_id, kept in DOC_CONTRACT.items():
+        for k in kept:
+            assert k in by_id[grade_id], (grade_id, k)
+    part_d = transfer_text.flat(transfer_text.markdown_by_head(cells)["## Part d: clusters and multicast"])
+    assert "is yours to count" in part_d and "`consumers` being the number of consumer warpgroups" in part_d
+
+
+# the new questions of "What you work out yourself", one per decision the texts no longer give
+DOC_QUESTIONS = (
+    "**Part d** (`stage_counts`",
+    "Into which CTAs' stage $s$ do the A and B loads of CTA X write, X included, and so how many arrivals "
+    "must X's `empty[s]` be initialised for",
+    "which warpgroup holds the TMA warp and the MMA warp, which warps of it take the two roles",
+    "How many bytes of shared memory do `WS_STAGES` stages and the two consumers' epilogue buffers take "
+    "together, and why would one stage more not fit?",
+    "With three warpgroups of 128 threads, how many registers does every thread start with, how large is "
+    "the CTA's pool",
+    "which CTA's copy is waited on, who arrives on it",
+    "How many bytes does the leader's `expect_tx` announce",
+    "which rows of the $512 \\times 512$ cluster tile does each consumer compute, and which warps of the "
+    "producer warpgroup issue the loads and each consumer's MMAs?",
+    "do one warpgroup at `PRODUCER_REGS` and two at `EPILOGUE_REGS` fit in that pool?",
+    "how much shared memory do `STAGES_9` stages take, and how many `Dsmem` buffers",
+)
+LECTURE_GIVEAWAYS = ("$65536 / 384 = 170.7$", "a pool of $384 \\cdot 168 = 64{,}512$", "$2 \\cdot 128 \\cdot 232$",
+                     "room for its 128 accumulator registers",
+                     "A cluster-wide barrier (`T.cuda.cluster_sync()`) follows the barrier initialisation",
+                     "both halves of B have arrived", "all four consumers of both CTAs")
+
+
+def check_the_lecture_asks_for_the_plans(lecture):
+    whole = transfer_text.flat(lecture)
+    for gone in LECTURE_GIVEAWAYS:
+        assert gone not in whole, gone
+    for gone in ("224 KB", "48 KB", "0b0101", "cm + cn", "3 x 168", "3 \\cdot 168", "NUM_CONSUMERS x CLUSTER_M"):
+        assert gone not in whole, gone
+    asks = transfer_text.flat(lecture[lecture.index("### What you work out yourself"):lecture.index("## Self-check")])
+    for question in DOC_QUESTIONS:
+        assert question in asks, question
+    # the rules stay, stated without the graded numbers
+    step9 = _section(lecture, "## Step 9: clusters and TMA")
+    assert "only while that barrier exists" in step9 and "T.cuda.cluster_sync()" in step9
+    assert "rounded down to a multiple of 8" in whole
+
+
+def test_the_notebook_hands_over_no_plan_for_steps_7_to_9():
+    for folder in ("solutions", "assignments"):
+        check_the_notebook_hands_over_no_plan(transfer_text.cells(LAB, folder))
+
+
+def test_the_lecture_asks_for_the_plans_it_no_longer_gives():
+    check_the_lecture_asks_for_the_plans(transfer_text.lecture(LAB))
+
+
+def test_the_plan_checks_fail_on_the_texts_that_gave_the_plans():
+    lecture = transfer_text.old_text(OLD_DOCS, f"lectures/{LAB}/index.md")
+    with pytest.raises(AssertionError):
+        check_the_lecture_asks_for_the_plans(lecture)
+    flat = transfer_text.flat(lecture)
+    for gone in LECTURE_GIVEAWAYS:
+        assert gone in flat, gone        # each was in the old lecture, so its absence is a change
+    for folder in ("solutions", "assignments"):
+        cells = json.loads(transfer_text.old_text(OLD_DOCS, f"{folder}/{LAB}/{LAB}.ipynb"))["cells"]
+        with pytest.raises(AssertionError):
+            check_the_notebook_hands_over_no_plan(cells)
+        text = _visible(cells)
+        for gone in DOC_GIVEAWAYS:
+            assert gone in text, (folder, gone)
