@@ -3,6 +3,7 @@ problems (a packed load of a head-major Q, the conditional reference of a row sh
 lanes, a relay of three warpgroups on named barriers, a bias written into tensor memory), says
 per graded step what the student works out, and the notebook states the contract of the graded
 builders without spelling out their schedule."""
+import json
 import re
 
 import pytest
@@ -184,3 +185,149 @@ def packed_load(Qh: T.Buffer((B, H, SEQ, HEAD_DIM), "float16"), out: T.Buffer((1
     art = _compile(harness, "packed_load", "sm_90a")
     assert len(re.findall(r"UTMALDG", art.sass)) == 1
     assert "mbarrier.arrive.expect_tx" in art.ptx
+
+
+# ---- The give-aways a student trial found after the subsection was turned into questions -------
+# The given code and the part texts still handed over the decisions of the graded steps: what a
+# ping-pong turn holds and so PINGPONG_STAGES, which option of online_softmax is the conditional
+# reference, why gqa_pack stops at 64, whose rows store_o_tma reuses and why its fence, END_BAR's
+# thread count and the columns of exp2_fma; the lecture stated the relay's left-out hand-over, the
+# right rounding of a block count and FA4's 256 arrivals; part c gave packed_row's formula and
+# q_box's start and size, part d every arrival count of barrier_counts. The contracts stay; the
+# decisions are questions of "What you work out yourself", and parts c and d give rules to count by.
+OLD_TRIAL = "33662e1"     # the texts that still stated them
+
+NB_GIVEAWAYS = (
+    # the given constants and docstrings
+    "a turn holds two stages (K_j and V_{j-1})", "so 3 stages keep one", "3 x 64 KB = 224 KB",
+    "conditional = True: the reference moves only when the max grows",
+    "so the result is the same", "so a consumer's 64 rows are whole positions",
+    "its own 64 rows of the Q tile", "no other warpgroup reads them",
+    "so the TMA (async proxy) sees the generic-proxy stores",
+    "named barrier of all 512 threads before the TMEM dealloc", "the last 2 of every 16 columns (12.5%)",
+    # step 4's text
+    "`conditional=True`",
+    # part c
+    "$t \\cdot (\\texttt{rows}/g) + \\lfloor r / g \\rfloor$", "$h_{kv} \\cdot g + (r \\bmod g)$",
+    "starting at (batch, $t \\cdot \\texttt{rows}/g$, $h_{kv} g$, 0)", "(1, rows/g, g, D)",
+    # part d
+    "every thread of a softmax warpgroup and every thread of the correction warpgroup",
+    "every thread of the TMA-store warp", "(1 each: a `tcgen05.commit`)",
+    "one arrival per consumer warpgroup", "(1, the block_m × D Q tile)",
+)
+# what the given code and the part texts still state: the contract
+NB_CONTRACT = {
+    "hopper_attn_helpers": ("PINGPONG_STAGES = 3", "the lecture asks why 3", "RESCALE_THRESHOLD = 8.0",
+                            "def online_softmax(S, O, P, m, l, scale_log2, conditional):",
+                            "picks one of part a's two reference rules",
+                            "rows 64c .. 64c + 63 of Osmem", "O[b, m0_wg : m0_wg + 64, head, :]",
+                            "TMA clips rows past seq_q", "Which buffer may serve as Osmem",
+                            "at most 64 (the lecture asks why 64)", "return math.gcd(group, 64)"),
+    "blackwell_attn_helpers": ("END_BAR = 15", "the lecture asks what it guards", "EMU_COLS_PER_16 = 2",
+                               "for this many of every 16 columns", "and in which blocks: the lecture asks"),
+}
+BARRIERS = ("q_full", "k_full", "v_full", "k_empty", "v_empty", "kv_full", "kv_empty", "s_ready", "o_ready",
+            "p_o_rescale", "p_ready_2", "softmax_corr_empty", "corr_epi_full", "corr_epi_empty")
+
+
+def _visible(cells):
+    """The student-visible text of the cells, flattened: markdown and code, less the solution and
+    hidden-test regions (which the student edition strips)."""
+    out = []
+    for cell in cells:
+        inside = False
+        for line in transfer_text.source(cell).splitlines():
+            if re.search(r"### (BEGIN|END) (SOLUTION|HIDDEN TESTS)", line):
+                inside = "BEGIN" in line
+            elif not inside:
+                out.append(line)
+    return transfer_text.flat("\n".join(out))
+
+
+def check_the_notebook_states_rules_not_decisions(cells):
+    text = _visible(cells)
+    for gone in NB_GIVEAWAYS:
+        assert gone not in text, gone
+    by_id = {c["metadata"].get("nbgrader", {}).get("grade_id"): _visible([c]) for c in cells}
+    for grade_id, kept in NB_CONTRACT.items():
+        for k in kept:
+            assert k in by_id[grade_id], (grade_id, k)
+    md = transfer_text.markdown_by_head(cells)
+    part_c = transfer_text.flat(md["## Part c: GQA packing and the cost of attention"])
+    for rule in ("the $g$ heads of one position are adjacent rows, in increasing head order",
+                 "each tile continues where the one before it ended", "both for you to work out",
+                 "`q_box(batch, tile, kv_head, group, rows, head_dim, seq_q)`", "**transaction count**"):
+        assert rule in part_c, rule
+    part_d = transfer_text.flat(md["## Part d: the budgets of FA3 and FA4"])
+    barriers = part_d[part_d.index("**Barriers.**"):]
+    for name in BARRIERS:
+        assert f"`{name}`" in barriers, name
+    for rule in ("who can vouch for the work the barrier guards", "one `tcgen05.commit` of the issuing thread",
+                 "one elected thread may arrive for the whole warpgroup", "every thread that took part arrives",
+                 "each computes its rows against every K and V block"):
+        assert rule in barriers, rule
+    for count in ("128", "256", "512", "32", "(1,", "1 each", "one arrival per"):
+        assert count not in barriers, count
+
+
+@pytest.mark.parametrize("folder", ["solutions", "assignments"])
+def test_the_notebook_states_rules_not_decisions(folder):
+    check_the_notebook_states_rules_not_decisions(transfer_text.cells(LAB, folder))
+
+
+LECTURE_GIVEAWAYS = (
+    "opens the relay once before its loop and hands over after its first 2 turns only",
+    "a fourth would be left waiting", "the floor is the one that is right", "$128 + 128 = 256$",
+    "every thread of both warpgroups", "$t \\cdot (128/g) + \\lfloor r/g \\rfloor$", "$(1, 128/g, g, D)$",
+)
+# the new questions of "What you work out yourself", by step
+TRIAL_QUESTIONS = {
+    3: ("which buffer of the CTA do you pass as its `Osmem`",
+        "why may consumer $c$ overwrite its rows of it at that point and not before",
+        "What does the fence in `store_o_tma` order, between which proxies"),
+    4: ("Count, for $n$ key blocks, the `bar.sync`s and the `bar.arrive`s on each consumer's barrier",
+        "Which K and V tiles does a turn hold while its products run",
+        "why is `PINGPONG_STAGES` 3: what would 2 stages cost the producer, and would 4 fit in shared memory",
+        "which value of the given `online_softmax`'s `conditional` applies it",
+        "which `EMU_COLS_PER_16` of every 16 columns go through `exp2_fma`, and in which blocks?",
+        "which threads must meet on `END_BAR` before the dealloc, and how many are they?"),
+    5: ("why is Hopper's pack at most 64 where Blackwell's may be 128",
+        "which of `T.floordiv` and `T.truncdiv` gives the right count when one is",
+        "does a clamp at 0 always hide the difference?"),
+}
+
+
+def check_the_lecture_asks_what_the_texts_gave(lecture):
+    whole = transfer_text.flat(lecture)
+    for gone in LECTURE_GIVEAWAYS:
+        assert gone not in whole, gone
+    section = lecture[lecture.index("### What you work out yourself"):lecture.index("## Self-check")]
+    for step, questions in TRIAL_QUESTIONS.items():
+        part = section[section.index(f"**Step {step}**"):]
+        part = transfer_text.flat(part[:part.index(f"**Step {step + 1}**")] if step < 5 else part)
+        for question in questions:
+            assert question in part, (step, question)
+    # the mechanisms stay, on the lecture's own problems
+    assert "the arrival before the loop and the condition on the hand-over are what balance them" in whole
+    assert "`T.floordiv(-5, 128)` is $-1$ and `T.truncdiv(-5, 128)` is 0." in whole
+    assert "part c has you work out its start and size" in whole and "part d has you count them" in whole
+
+
+def test_the_lecture_asks_what_the_texts_gave():
+    check_the_lecture_asks_what_the_texts_gave(transfer_text.lecture(LAB))
+
+
+def test_the_trial_checks_fail_on_the_texts_that_gave_the_decisions():
+    lecture = transfer_text.old_text(OLD_TRIAL, f"lectures/{LAB}/index.md")
+    with pytest.raises(AssertionError):
+        check_the_lecture_asks_what_the_texts_gave(lecture)
+    flat = transfer_text.flat(lecture)
+    for gone in LECTURE_GIVEAWAYS:
+        assert gone in flat, gone        # each was in the old lecture, so its absence is a change
+    for folder in ("solutions", "assignments"):
+        cells = json.loads(transfer_text.old_text(OLD_TRIAL, f"{folder}/{LAB}/{LAB}.ipynb"))["cells"]
+        with pytest.raises(AssertionError):
+            check_the_notebook_states_rules_not_decisions(cells)
+        text = _visible(cells)
+        for gone in NB_GIVEAWAYS:
+            assert gone in text, (folder, gone)
