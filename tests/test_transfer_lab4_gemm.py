@@ -141,20 +141,24 @@ def test_the_lecture_relu_tile_is_a_128x64_tcgen05_mma_with_64_tmem_columns_on_s
     assert descs and set(descs) == {("0", "32", "2")}, descs
     assert "tcgen05.ld.sync.aligned.32x32b.x64.b32" in art.ptx
     assert len(re.findall(r"max(\.ftz)?\.f32", art.ptx)) == 64                        # the ReLU
+    # Y stays fp32: no conversion to fp16, and the 64 values of a row leave as 16 four-word stores
+    assert not re.search(r"cvt\.rn\.f16", art.ptx)
+    assert len(re.findall(r"st\.global\.v4\.(?:u32|b32|f32)", art.ptx)) == 16
 
 
 @pytest.mark.slow
-def test_the_lecture_frag_dump_is_four_m64n64k16_wgmmas_on_sm_90a():
+def test_the_lecture_frag_dump_is_two_m64n64k16_wgmmas_on_one_m64_block_on_sm_90a():
     arch, src = _listing("frag_dump")
     assert arch == "sm_90a"
     art = _compile(src, "frag_dump", arch)
-    assert len(re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n64k16\.f32\.f16\.f16", art.ptx)) == 4
-    assert len(re.findall(r"\bHGMMA\.64x64x16\.F32\b", art.sass)) == 4
+    # one m64 block of rows, K = 32: two k16 steps, no loop over halves
+    assert len(re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n64k16\.f32\.f16\.f16", art.ptx)) == 2
+    assert len(re.findall(r"\bHGMMA\.64x64x16\.F32\b", art.sass)) == 2
     assert "WARPGROUP.DEPBAR.LE gsb0, 0x0" in art.sass
     descs = re.findall(r"ptx_wgmma_encode_matrix_descriptor\(\(&\(\w+\[0\]\)\), .*?, (\d+), (\d+), (\d+)\);",
                        art.cuda_source)
-    assert len(descs) == 8 and set(descs) == {("1", "32", "2")}, descs
-    assert len(re.findall(r"st\.global\.f32", art.ptx)) == 64                          # 64 registers, unplaced
+    assert len(descs) == 4 and set(descs) == {("1", "32", "2")}, descs
+    assert len(re.findall(r"st\.global\.f32", art.ptx)) == 32                          # 32 registers, unplaced
 
 
 def test_the_subsection_check_fails_on_the_lecture_that_answered(tmp_path):
@@ -258,3 +262,151 @@ def test_the_rule_checks_fail_on_the_notebooks_that_placed_the_wait(check, tmp_p
         (tmp_path / path).write_text(old)
     with pytest.raises(AssertionError):
         check(str(tmp_path))
+
+
+# ---------------------------------------------------------------- part a, the phase question, the listings
+# Part a's text gave the descriptor's three values away (the LBO: "write 1"; the swizzle codes 0 to 3;
+# a hint with the SBO's 8-row group and its 16-byte units), and the lecture derived them for its
+# 64-byte listing. The lecture gave the K loop's parities in closed form ("parity i mod 2"), with a
+# figure labelled the same way, so that only `completed_before` was left to add. And it said of its
+# step-1 listings that every mechanism of step 1 was in them and only the constants differed: the
+# Hopper listing was the graded load and MMA with other numbers. Now the descriptor is left to the
+# PTX ISA's definitions, the phase is taught on the lecture's own example, the Hopper listing
+# covers one m64 block of rows, the Blackwell listing stops at fp32, and each decision is a question.
+GIVEN = "33662e1"    # the lecture and notebooks that gave these answers
+
+
+def _student_text(folder, root=ROOT):
+    """The notebook in `folder` as the student sees it, flattened: every cell, without the lines of
+    its solution regions."""
+    lines, inside = [], False
+    for cell in transfer_text.cells(LAB, folder, root):
+        for line in transfer_text.source(cell).splitlines():
+            if transfer_text.REGION.search(line):
+                inside = "BEGIN" in line
+                continue
+            if not inside:
+                lines.append(line)
+    return transfer_text.flat("\n".join(lines))
+
+
+def _asks(root=ROOT):
+    """The lecture's subsection "What you work out yourself", flattened."""
+    lecture = transfer_text.lecture(LAB, root)
+    asks = lecture[lecture.index("### What you work out yourself"):lecture.index("## Self-check")]
+    return transfer_text.flat(asks)
+
+
+# the notebook's answers to part a, and the lecture's derivations of the listing's descriptor
+DESC_GIVEN = ("write 1", "0 none, 1 for 32 bytes", "3 for 128 bytes", "tensor-map code",
+              "offsets are in 16-byte units", "an 8-row group is 8 rows of", "divided by 16")
+DESC_DERIVED = ("8 rows times the row's bytes", "so it is ignored", "LBO unused (1)", "SBO = 8 rows",
+                "in 16-byte units (32)", "tensor-map code", "stride byte offset of 32")
+DESC_QUESTIONS = ("which value does `wgmma_desc_fields` return for it?",
+                  "what does the descriptor's encoding of an offset make of that distance?",
+                  "Which number does `encode_matrix_descriptor` take for each swizzle width, and how does it "
+                  "differ from the value the ISA's descriptor holds in its swizzle field?")
+# the K loop's parities in closed form, and the early waits of a loop that never flips
+PHASE_GIVEN = ("must see the $(i+1)$-th completion", "parity $i \\bmod 2$", "generated/kloop.png",
+               "odd iterations simply race", "every odd iteration")
+PHASE_QUESTIONS = ("which completion must iteration $i$ see, and so which parity, as a closed form in $i$ "
+                   "and `completed_before`, does it wait on?",
+                   "with a parity that never flips, which iterations pass their wait before their own MMA "
+                   "has completed, and how does the answer depend on `completed_before`?")
+LISTINGS_GIVEN = ("Every mechanism of the lab's step 1 is in it", "every constant is different",
+                  "show every mechanism of step 1")
+
+
+def check_part_a_asks_for_the_descriptor_fields(root=ROOT):
+    for folder in ("solutions", "assignments"):
+        text = _student_text(folder, root)
+        for gone in DESC_GIVEN:
+            assert gone not in text, (folder, gone)
+        # what a student cannot find out stays: where the ISA defines the fields, and TIRx's convention
+        for kept in ('"Matrix Descriptor Format"', "`CUtensorMapSwizzle`", "`SwizzleMode`",
+                     "encode_matrix_descriptor(desc_ptr, smem_ptr, lbo, sbo, swizzle)",
+                     "three ints as `encode_matrix_descriptor` takes them"):
+            assert kept in text, (folder, kept)
+    lecture = transfer_text.flat(transfer_text.lecture(LAB, root))
+    for gone in DESC_DERIVED:
+        assert gone not in lecture, gone
+    assert '"Matrix Descriptor Format"' in lecture
+    asks = _asks(root)
+    assert "**Part a** (`wgmma_desc_fields`, `wgmma_desc_offset`)" in asks
+    for question in DESC_QUESTIONS:
+        assert question in asks, question
+
+
+def check_the_phase_question_asks_for_the_closed_form(root=ROOT):
+    lecture = transfer_text.flat(transfer_text.lecture(LAB, root))
+    for gone in PHASE_GIVEN:
+        assert gone not in lecture, gone
+    # the mechanism stays, on the lecture's own example
+    for kept in ("every completion moves it to the next phase, so the parity of its current phase flips",
+                 "at once if the parity of the current phase differs from $p$",
+                 "Take a barrier that has completed three phases: it is in phase 3, of parity 1."):
+        assert kept in lecture, kept
+    asks = _asks(root)
+    for question in PHASE_QUESTIONS:
+        assert question in asks, question
+    for folder in ("solutions", "assignments"):
+        text = _student_text(folder, root)
+        for gone in ("(completed_before + i) % 2", "i mod 2"):
+            assert gone not in text, (folder, gone)
+
+
+def check_the_step1_listings_are_not_the_graded_step1(root=ROOT):
+    lecture = transfer_text.lecture(LAB, root)
+    flat = transfer_text.flat(lecture)
+    for gone in LISTINGS_GIVEN:
+        assert gone not in flat, gone
+    blocks = {m.group(1): b for b in transfer_text.code_blocks(lecture)
+              for m in [re.search(r"@T\.prim_func\ndef (relu_tile|frag_dump)\(", b)] if m}
+    # the Hopper listing covers one m64 block of rows: the loop over the halves is the student's
+    frag = blocks["frag_dump"]
+    assert 'X: T.Buffer((64, DEPTH), "float16")' in frag
+    assert "for half in" not in frag and "64 * half" not in frag
+    # the Blackwell listing writes fp32: the conversion of the lab's epilogue is the student's
+    relu = blocks["relu_tile"]
+    assert 'Y: T.Buffer((128, NARROW), "float32")' in relu and "Tx.cast(" not in relu
+    assert "how they fit the lab's tile is yours to work out" in flat
+    assert ("The listing has one m64 block of rows: how does your kernel cover two, and which start address "
+            "and which registers does each half's `wgmma` name?") in _asks(root)
+    for folder in ("solutions", "assignments"):
+        step1 = transfer_text.flat(transfer_text.markdown_by_head(
+            transfer_text.cells(LAB, folder, root))["## Step 1: one tile"])
+        assert "lists what differs here" not in step1
+        assert "asks the questions this step leaves to you" in step1
+
+
+GIVEAWAY_CHECKS = (check_part_a_asks_for_the_descriptor_fields,
+                   check_the_phase_question_asks_for_the_closed_form,
+                   check_the_step1_listings_are_not_the_graded_step1)
+
+
+@pytest.mark.parametrize("check", GIVEAWAY_CHECKS, ids=lambda c: c.__name__)
+def test_part_a_the_phase_question_and_the_listings_ask(check):
+    check()
+
+
+@pytest.mark.parametrize("check", GIVEAWAY_CHECKS, ids=lambda c: c.__name__)
+def test_the_giveaway_checks_fail_on_the_texts_that_answered(check, tmp_path):
+    for path in (f"lectures/{LAB}/index.md", f"solutions/{LAB}/{LAB}.ipynb", f"assignments/{LAB}/{LAB}.ipynb"):
+        old = transfer_text.old_text(GIVEN, path, "the old texts are not in this checkout's history")
+        os.makedirs(tmp_path / os.path.dirname(path), exist_ok=True)
+        (tmp_path / path).write_text(old)
+    with pytest.raises(AssertionError):
+        check(str(tmp_path))
+
+
+def test_each_given_answer_was_in_the_old_texts(tmp_path):
+    """Each string the checks above forbid was in the text at GIVEN, so its absence is a change."""
+    path = f"solutions/{LAB}/{LAB}.ipynb"
+    os.makedirs(tmp_path / os.path.dirname(path))
+    (tmp_path / path).write_text(transfer_text.old_text(GIVEN, path, "the old notebook is not in this checkout's history"))
+    notebook = _student_text("solutions", str(tmp_path))
+    for given in DESC_GIVEN:
+        assert given in notebook, given
+    lecture = transfer_text.flat(transfer_text.old_text(GIVEN, f"lectures/{LAB}/index.md"))
+    for given in DESC_DERIVED + PHASE_GIVEN + LISTINGS_GIVEN:
+        assert given in lecture, given

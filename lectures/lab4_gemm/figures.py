@@ -72,38 +72,6 @@ def fig_tile(path):
     plt.close(fig)
 
 
-def fig_kloop(path):
-    """K loop with one MMA barrier: parities with and without the flip."""
-    fig, ax = plt.subplots(figsize=(10, 3.6), dpi=120)
-    iters = 4
-    w = 2.3
-    for row, (title, flip) in enumerate([("with the flip", True), ("without the flip", False)]):
-        y = 1.8 - 1.8 * row
-        ax.text(-0.2, y + 0.45, title, ha="right", va="center", fontsize=10, weight="bold")
-        for i in range(iters):
-            x = i * w
-            _box(ax, x, y + 0.55, 0.7, 0.35, BLUE, alpha=0.7, label="load", fs=8)
-            _box(ax, x + 0.75, y + 0.55, 1.0, 0.35, ORANGE, alpha=0.7, label=f"MMA {i}", fs=8)
-            parity = i % 2 if flip else 0
-            early = (parity != i % 2)
-            color = RED if early else GREEN
-            ax.plot([x + 1.85], [y + 0.72], marker="v" if not early else "x", color=color, markersize=9)
-            ax.text(x + 1.85, y + 0.35, f"wait(p={parity})", ha="center", fontsize=8, color=color)
-            ax.text(x + 1.85, y + 0.1, f"{i} phase{'' if i == 1 else 's'} done" if not early else "passes at once",
-                    ha="center", fontsize=7, color=color)
-        ax.plot([-0.05, iters * w], [y + 0.5, y + 0.5], color=GREY, linewidth=0.6)
-    ax.text(iters * w + 0.1, 2.35, "iteration i waits for completion i+1:\nparity i mod 2", fontsize=8, va="center")
-    ax.text(iters * w + 0.1, 0.55, "every odd iteration finds phase 0\nalready complete: it reads an\n"
-            "unfinished accumulator and reloads\ntiles the MMA still reads", fontsize=8, va="center", color=RED)
-    ax.set_xlim(-2.4, iters * w + 3.2)
-    ax.set_ylim(-0.1, 2.9)
-    ax.axis("off")
-    ax.set_title("One mbarrier, one phase per K iteration", fontsize=11)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-
-
 def fig_grid(path):
     """A 4 x 6 grid of CTAs over D; CTA (1, 3), those that load its A tiles and its B tiles."""
     gx, gy, (cx, cy) = 4, 6, (1, 3)
@@ -204,7 +172,7 @@ def fig_tmem(path):
 
 def main():
     OUT.mkdir(exist_ok=True)
-    for name, fn in [("tile.png", fig_tile), ("kloop.png", fig_kloop), ("grid.png", fig_grid),
+    for name, fn in [("tile.png", fig_tile), ("grid.png", fig_grid),
                      ("fragment.png", fig_fragment), ("tmem.png", fig_tmem)]:
         fn(OUT / name)
         print(f"wrote {OUT / name}")
