@@ -159,3 +159,179 @@ def test_the_lecture_kernel_compiles_to_what_the_lecture_says():
     assert all(key in s for s in stores), stores          # one XOR expression, constant offsets
     assert art.plan["launches"][0]["grid"] == [512, 1, 1] and art.plan["launches"][0]["block"] == [128, 1, 1]
     assert "`(threadIdx.x & 15) ^ (threadIdx.x >> 4)`" in transfer_text.lecture(LAB)
+
+
+# ---------------------------------------------------------------- parts a and b: formulas now asked
+# Parts a and b could be finished by copying: the notebook printed a1's swizzle as a formula, the
+# linear offset of step 2 of a2, the three access patterns of b2 as formulas in t, and a hint that
+# placed the gather's rows on consecutive rows of an atom; the lecture showed a3's lane,
+# warpgroup and tensor-memory layouts, the strides of the graded 8 x 8 tiling and atom_len = 3.
+# The texts now teach each rule in words, on another case or on one worked element, and the
+# lecture asks for the formulas.
+import json
+
+from grader.labs import lab3_layout_swizzle as lab3
+
+OLD = "33662e1"
+# The formulas and designs the texts used to print (flattened), in the notebook and in the lecture.
+NOTEBOOK_GIVEAWAYS = ("chunk' = (b // 16) XOR", "(b // 128) mod (swizzle_bytes / 16)",
+                      "(c // W) · rows · W + r · W + c % W", "strides `(W, rows · W, 1)`",
+                      "row-major offset of a taller, narrower tile", "With `atom_len = 3`",
+                      "swizzle_len = log2(swizzle_bytes / 16)", "(row0 + t // 8, 8 · (t % 8))",
+                      "(row0 + t, 8 · chunk)", "(8 · (t % 8) + k, col0 + t // 8)",
+                      "a layout of the row index alone", "eight consecutive rows of one atom",
+                      "same row *of their atom*", "without the row interleave")
+LECTURE_GIVEAWAYS = ("S[(4, 2, 2, 4) : (16, 4, 8, 1)]", "with `atom_len = 3`",
+                     "`ComposeLayout(per_element, swizzle_len, 3, tile_layout)`", "one bit for the 32-byte swizzle",
+                     "(3, 3, 3, TileLayout(S[(128, 2, 64):(64, 8192, 1)]))", "column-block stride 8192",
+                     "3 for fp16, 2 for fp32", "layout to the row index alone",
+                     "on eight *consecutive* rows of an atom", "they touch consecutive rows of an atom")
+# Answers that must appear nowhere a student reads (flattened, and squashed for code).
+AB_ANSWERS = ("mod (swizzle_bytes / 16)", "% (swizzle_bytes // 16)", "rows · W +", "rows * W", "8k + p",
+           "(r % 8) * 8 + r // 8", "(r // 8)", "chunk' =")
+# What the notebook keeps: the contracts, and the rules taught on one worked case each.
+NOTEBOOK_KEEPS = ("`b = (r · cols + c) · elem_bytes`", "`q XOR (r mod 8)`", "offset 645", '`{"m": 1246}`',
+                  "all of block 0 comes first, its rows in order", "`ComposeLayout(per_element, swizzle_len, atom_len, tile_layout)`",
+                  "lane `4 · r + c // 2` in its register slot `c % 2`", "threads 0–7 column `col0`",
+                  "rows `k, 8 + k, …, 56 + k`", "`+ - * // % ^`", "What you work out yourself")
+LABELS = ("**Part a1, `offset_swizzled`.**", "**Part a2, `offset_mma`.**",
+          "**Part a3, `TileLayout` and `ComposeLayout`.**", "**Part b2, the access patterns.**",
+          "**Part b2, `transpose_smem_offset`.**")
+QUESTIONS_AB = ("which bits of the chunk index does the XOR flip, and which bits of the line index are its key?",
+                "what is the swizzled byte address?", "back to an element offset?",
+                "how many elements come before the block that holds column `c`",
+                "Which of the printed extents and strides belongs to which of those terms?",
+                "how many elements does a step of each of the four pieces of `layout_tiled` skip",
+                "Which `per_element`, `swizzle_len` and `atom_len` make `ComposeLayout` equal",
+                "Which `atom_len` makes the key the 128-byte line index?",
+                "which axis and stride does each piece get?",
+                "describe `layout_warpgroup_rows(cols)` and `layout_tmem_accumulator(cols)`?",
+                "which tile element does thread `t` access",
+                "Why is one gather step 8-way conflicted under the same swizzle?",
+                "What must hold for one gather step to cost one wavefront",
+                "Which layout of the 64 × 64 tile makes that hold")
+
+
+def _visible(cells):
+    """The student-visible text of notebook cells: every cell, solution and hidden-test regions left out."""
+    out, inside = [], False
+    for cell in cells:
+        for line in transfer_text.source(cell).splitlines():
+            if re.search(r"### (BEGIN|END) (SOLUTION|HIDDEN TESTS)", line):
+                inside = "BEGIN" in line
+                continue
+            if not inside:
+                out.append(line)
+    return "\n".join(out)
+
+
+def _axis_strides():
+    """The stride lists with a named axis in the reference's a3 layouts, squashed ("(1@TLane,1@TCol)")."""
+    lines = transfer_text.solution_lines(LAB, lambda ln: "@" in ln and "S[" in ln)
+    return {m for ln in lines for m in re.findall(r":(\([^()]*\))\]", ln)}
+
+
+def _shape_stride(text):
+    """Every S[(extents) : (strides)] of `text` with numbers only, as two tuples."""
+    out = []
+    for ext, strides in re.findall(r"S\[\(([\d,\s]+)\)\s*:\s*\(([\d,\s]+)\)\]", text):
+        out.append((tuple(int(x) for x in ext.split(",") if x.strip()),
+                    tuple(int(x) for x in strides.split(",") if x.strip())))
+    return out
+
+
+def _apply(extents, strides, r, c, cols):
+    """A numeric shape-and-stride layout at (r, c): the flat index split by the extents, last fastest."""
+    flat, total = r * cols + c, 0
+    for ext, stride in zip(reversed(extents), reversed(strides)):
+        total += flat % ext * stride
+        flat //= ext
+    return total
+
+
+def check_the_notebook_teaches_parts_a_b_without_the_formulas(cells):
+    text = transfer_text.flat(_visible(cells))
+    for giveaway in NOTEBOOK_GIVEAWAYS + AB_ANSWERS:
+        assert giveaway not in text, giveaway
+    for keep in NOTEBOOK_KEEPS:
+        assert keep in text, keep
+
+
+def check_the_lecture_asks_parts_a_b(text):
+    sub = transfer_text.section(transfer_text.section(text, "## What the lab asks you to do"),
+                                "### What you work out yourself")
+    for a, b in zip(LABELS, LABELS[1:] + ("**Load phase.**",)):
+        assert a in sub and b in sub, (a, b)
+        block = sub[sub.index(a):sub.index(b)]
+        asked = transfer_text.bullets(block)
+        assert asked and all("?" in q for q in asked), a
+    flat_sub = transfer_text.flat(sub)
+    for question in QUESTIONS_AB:
+        assert question in flat_sub, question
+    whole = transfer_text.flat(text)
+    for giveaway in LECTURE_GIVEAWAYS + AB_ANSWERS:
+        assert giveaway not in whole, giveaway
+    graded = _axis_strides()
+    assert len(graded) == 3, graded                       # the fragment, warpgroup and TMEM layouts
+    shown = {transfer_text.squash(m) for m in re.findall(r"S\[\([^()]*\)\s*:\s*(\([^()]*\))\]", text)}
+    assert not graded & shown, sorted(graded & shown)
+    for extents, strides in _shape_stride(text):           # no numeric layout is the graded 8 x 8 tiling
+        if len(extents) == 4 and extents[0] * extents[1] == 8 and extents[2] * extents[3] == 8:
+            assert any(_apply(extents, strides, r, c, 8) != lab3.ref_tiled(r, c, (8, 8), (extents[1], extents[3]))
+                       for r in range(8) for c in range(8)), (extents, strides)
+
+
+@pytest.mark.parametrize("folder", ["solutions", "assignments"])
+def test_the_notebook_teaches_parts_a_b_without_the_formulas(folder):
+    check_the_notebook_teaches_parts_a_b_without_the_formulas(transfer_text.cells(LAB, folder))
+
+
+def test_the_notebook_check_fails_on_the_notebook_that_printed_the_formulas():
+    old = json.loads(transfer_text.old_text(OLD, f"solutions/{LAB}/{LAB}.ipynb"))["cells"]
+    with pytest.raises(AssertionError):
+        check_the_notebook_teaches_parts_a_b_without_the_formulas(old)
+    flat = transfer_text.flat(_visible(old))
+    for giveaway in NOTEBOOK_GIVEAWAYS:
+        assert giveaway in flat, giveaway
+
+
+def test_the_lecture_asks_parts_a_b():
+    check_the_lecture_asks_parts_a_b(transfer_text.lecture(LAB))
+
+
+def test_the_lecture_check_fails_on_the_lecture_that_listed_the_layouts():
+    old = transfer_text.old_text(OLD, f"lectures/{LAB}/index.md")
+    with pytest.raises(AssertionError):
+        check_the_lecture_asks_parts_a_b(old)
+    flat = transfer_text.flat(old)
+    for giveaway in LECTURE_GIVEAWAYS:
+        assert giveaway in flat, giveaway
+    shown = {transfer_text.squash(m) for m in re.findall(r"S\[\([^()]*\)\s*:\s*(\([^()]*\))\]", old)}
+    assert _axis_strides() <= shown
+
+
+def test_the_worked_cases_are_right():
+    """The notebook's worked elements are what the references (checked against the library in
+    tests/lab3_layout_swizzle) give, and the lecture's examples of a tiling and of named axes are
+    what it says they are, and not the graded layouts."""
+    from tvm.tirx.layout import S, TCol, TileLayout, TLane, laneid, tid_in_wg
+    assert lab3.ref_swizzled(10, 21, (64, 64), 2, 128) == 645
+    assert (10 * 64 + 21) * 2 == 1322 and 1322 // 16 == 82 and (82 ^ 2) * 16 + 1322 % 16 == 1290
+    assert lab3.ref_mma(3, 70, (16, 128), 2, 128) == 1246 and 16 * 64 + 3 * 64 + 6 == 1222
+    text = transfer_text.flat(transfer_text.lecture(LAB))
+    assert "S[(4, 2, 2, 4) : (8, 4, 32, 1)]" in text and "column-major among themselves" in text
+    for r in range(8):
+        for c in range(8):     # 2 x 4 sub-tiles, column-major among themselves, row-major inside
+            assert _apply((4, 2, 2, 4), (8, 4, 32, 1), r, c, 8) == 8 * (r // 2 + 4 * (c // 4)) + 4 * (r % 2) + c % 4
+    fragment = TileLayout(S[(4, 2, 8) : (1 @ laneid, 1, 4 @ laneid)])
+    assert "TileLayout(S[(4, 2, 8) : (1 @ laneid, 1, 4 @ laneid)])" in text
+    assert '`layout.apply(5, 3, shape=[8, 8])` returns `{"laneid": 14, "m": 1}`' in text
+    got = {(r, c): lab3.evaluate(fragment, r, c, (8, 8)) for r in range(8) for c in range(8)}
+    assert all(got[r, c] == lab3._nonzero({"laneid": 4 * c + r // 2, "m": r % 2}) for r, c in got)
+    assert any(got[r, c] != lab3._nonzero(lab3.ref_fragment(r, c)) for r, c in got)
+    assert "`S[(64, 128) : (1, 1 @ tid_in_wg)]`" in text and "`S[(64, 128) : (1 @ TCol, 1 @ TLane)]`" in text
+    by_cols = TileLayout(S[(64, 128) : (1, 1 @ tid_in_wg)])
+    transposed = TileLayout(S[(64, 128) : (1 @ TCol, 1 @ TLane)])
+    for r, c in ((0, 0), (5, 3), (63, 127), (17, 90)):
+        assert lab3.evaluate(by_cols, r, c, (64, 128)) == lab3._nonzero({"tid_in_wg": c, "m": r})
+        assert lab3.evaluate(transposed, r, c, (64, 128)) == lab3._nonzero({"TLane": c, "TCol": r})
