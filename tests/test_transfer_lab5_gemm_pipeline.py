@@ -382,3 +382,35 @@ def test_the_plan_checks_fail_on_the_texts_that_gave_the_plans():
         text = _visible(cells)
         for gone in DOC_GIVEAWAYS:
             assert gone in text, (folder, gone)
+
+
+# ---- Step 6: the builders' docstrings stated the schedule the step's questions ask for -------------
+STEP6_OLD = "c83e4b0"     # the commit whose step 6 docstrings still stated it
+STEP6_GIVEAWAYS = ("keeps loading ``stages - 1`` K tiles ahead", "reused only after that store has read it",
+                   "its loads run STAGES-1 items ahead of its MMAs", "The ring position (stage, phase) carries over",
+                   "a per-tile reset is only correct when")
+
+
+def check_step6_states_the_contract_only(cells):
+    text = transfer_text.flat(_visible(cells))
+    for gone in STEP6_GIVEAWAYS:
+        assert gone not in text, gone
+    # the contract stays: persistent, grouped order, no drain between tiles, the store overlapping the next tile
+    for kept in ("CTA b computes tiles b, b + num_sms", "The ring does not drain between tiles",
+                 "overlaps the next tile's main loop", "while all 128 threads run this tile's epilogue, for any K_TILES",
+                 "the lecture's step 6 questions"):
+        assert kept in text, kept
+
+
+def test_step6_states_the_contract_only():
+    for folder in ("solutions", "assignments"):
+        check_step6_states_the_contract_only(transfer_text.cells(LAB, folder))
+
+
+def test_the_step6_check_fails_on_the_docstrings_that_gave_the_schedule():
+    for folder in ("solutions", "assignments"):
+        cells = json.loads(transfer_text.old_text(STEP6_OLD, f"{folder}/{LAB}/{LAB}.ipynb"))["cells"]
+        text = transfer_text.flat(_visible(cells))
+        assert all(g in text for g in STEP6_GIVEAWAYS)
+        with pytest.raises(AssertionError):
+            check_step6_states_the_contract_only(cells)
