@@ -414,3 +414,31 @@ def test_the_step6_check_fails_on_the_docstrings_that_gave_the_schedule():
         assert all(g in text for g in STEP6_GIVEAWAYS)
         with pytest.raises(AssertionError):
             check_step6_states_the_contract_only(cells)
+
+
+# ---- Given code whose comments or docstrings still answered a question of the lecture ------------
+GIVEN_OLD = "a748dc4"     # the commit whose given code still said it
+GIVEN_GIVEAWAYS = ("of consumer warpgroup c: CONSUMER_BAR + c",)
+
+
+def _all_text(cells):
+    return transfer_text.flat("\n".join(transfer_text.source(c) for c in cells))
+
+
+def check_the_given_code_answers_nothing(cells):
+    text = _all_text(cells)
+    for gone in GIVEN_GIVEAWAYS:
+        assert gone not in text, gone
+
+
+def test_the_given_code_answers_nothing():
+    for folder in ("solutions", "assignments"):
+        check_the_given_code_answers_nothing(transfer_text.cells(LAB, folder))
+
+
+def test_the_given_code_check_fails_on_the_code_that_answered():
+    for folder in ("solutions", "assignments"):
+        cells = json.loads(transfer_text.old_text(GIVEN_OLD, f"{folder}/{LAB}/{LAB}.ipynb"))["cells"]
+        assert all(g in _all_text(cells) for g in GIVEN_GIVEAWAYS)
+        with pytest.raises(AssertionError):
+            check_the_given_code_answers_nothing(cells)

@@ -331,3 +331,32 @@ def test_the_trial_checks_fail_on_the_texts_that_gave_the_decisions():
         text = _visible(cells)
         for gone in NB_GIVEAWAYS:
             assert gone in text, (folder, gone)
+
+
+# ---- Given code whose comments or docstrings still answered a question of the lecture ------------
+GIVEN_OLD = "a748dc4"     # the commit whose given code still said it
+GIVEN_GIVEAWAYS = ("a 32 KB K block and a 32 KB V block", "and stages O at the end",
+                   "P[:, 0:96] as soon as it is stored, P[:, 96:128] after", "is split into group // pack sub-groups")
+
+
+def _all_text(cells):
+    return transfer_text.flat("\n".join(transfer_text.source(c) for c in cells))
+
+
+def check_the_given_code_answers_nothing(cells):
+    text = _all_text(cells)
+    for gone in GIVEN_GIVEAWAYS:
+        assert gone not in text, gone
+
+
+def test_the_given_code_answers_nothing():
+    for folder in ("solutions", "assignments"):
+        check_the_given_code_answers_nothing(transfer_text.cells(LAB, folder))
+
+
+def test_the_given_code_check_fails_on_the_code_that_answered():
+    for folder in ("solutions", "assignments"):
+        cells = json.loads(transfer_text.old_text(GIVEN_OLD, f"{folder}/{LAB}/{LAB}.ipynb"))["cells"]
+        assert all(g in _all_text(cells) for g in GIVEN_GIVEAWAYS)
+        with pytest.raises(AssertionError):
+            check_the_given_code_answers_nothing(cells)
