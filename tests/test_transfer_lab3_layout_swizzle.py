@@ -212,19 +212,6 @@ QUESTIONS_AB = ("which bits of the chunk index does the XOR flip, and which bits
                 "Which layout of the 64 × 64 tile makes that hold")
 
 
-def _visible(cells):
-    """The student-visible text of notebook cells: every cell, solution and hidden-test regions left out."""
-    out, inside = [], False
-    for cell in cells:
-        for line in transfer_text.source(cell).splitlines():
-            if re.search(r"### (BEGIN|END) (SOLUTION|HIDDEN TESTS)", line):
-                inside = "BEGIN" in line
-                continue
-            if not inside:
-                out.append(line)
-    return "\n".join(out)
-
-
 def _axis_strides():
     """The stride lists with a named axis in the reference's a3 layouts, squashed ("(1@TLane,1@TCol)")."""
     lines = transfer_text.solution_lines(LAB, lambda ln: "@" in ln and "S[" in ln)
@@ -250,7 +237,7 @@ def _apply(extents, strides, r, c, cols):
 
 
 def check_the_notebook_teaches_parts_a_b_without_the_formulas(cells):
-    text = transfer_text.flat(_visible(cells))
+    text = transfer_text.flat(transfer_text.visible(cells))
     for giveaway in NOTEBOOK_GIVEAWAYS + AB_ANSWERS:
         assert giveaway not in text, giveaway
     for keep in NOTEBOOK_KEEPS:
@@ -290,7 +277,7 @@ def test_the_notebook_check_fails_on_the_notebook_that_printed_the_formulas():
     old = json.loads(transfer_text.old_text(OLD, f"solutions/{LAB}/{LAB}.ipynb"))["cells"]
     with pytest.raises(AssertionError):
         check_the_notebook_teaches_parts_a_b_without_the_formulas(old)
-    flat = transfer_text.flat(_visible(old))
+    flat = transfer_text.flat(transfer_text.visible(old))
     for giveaway in NOTEBOOK_GIVEAWAYS:
         assert giveaway in flat, giveaway
 

@@ -254,7 +254,6 @@ def test_the_step_6_8_9_checks_fail_on_the_texts_that_gave_the_design():
 # formula for the empty arrivals. The contracts stay; the decisions are questions of "What you work
 # out yourself".
 OLD_DOCS = "33662e1"      # the texts whose docstrings and comments still gave the plans
-REGIONS = re.compile(r"### (BEGIN|END) (SOLUTION|HIDDEN TESTS)")
 
 DOC_GIVEAWAYS = (
     # hopper_step8 and the step 8 text
@@ -295,25 +294,11 @@ DOC_CONTRACT = {
 }
 
 
-def _visible(cells):
-    """The student-visible text of the cells, flattened: markdown and code, less the solution and
-    hidden-test regions (which the student edition strips)."""
-    out = []
-    for cell in cells:
-        inside = False
-        for line in transfer_text.source(cell).splitlines():
-            if REGIONS.search(line):
-                inside = "BEGIN" in line
-            elif not inside:
-                out.append(line)
-    return transfer_text.flat("\n".join(out))
-
-
 def check_the_notebook_hands_over_no_plan(cells):
-    text = _visible(cells)
+    text = transfer_text.visible(cells)
     for gone in DOC_GIVEAWAYS + DOC_NUMBERS:
         assert gone not in text, gone
-    by_id = {c["metadata"].get("nbgrader", {}).get("grade_id"): _visible([c]) for c in cells}
+    by_id = {c["metadata"].get("nbgrader", {}).get("grade_id"): transfer_text.visible([c]) for c in cells}
     for grade_id, kept in DOC_CONTRACT.items():
         for k in kept:
             assert k in by_id[grade_id], (grade_id, k)
@@ -369,19 +354,8 @@ def test_the_lecture_asks_for_the_plans_it_no_longer_gives():
 
 
 def test_the_plan_checks_fail_on_the_texts_that_gave_the_plans():
-    lecture = transfer_text.old_text(OLD_DOCS, f"lectures/{LAB}/index.md")
-    with pytest.raises(AssertionError):
-        check_the_lecture_asks_for_the_plans(lecture)
-    flat = transfer_text.flat(lecture)
-    for gone in LECTURE_GIVEAWAYS:
-        assert gone in flat, gone        # each was in the old lecture, so its absence is a change
-    for folder in ("solutions", "assignments"):
-        cells = json.loads(transfer_text.old_text(OLD_DOCS, f"{folder}/{LAB}/{LAB}.ipynb"))["cells"]
-        with pytest.raises(AssertionError):
-            check_the_notebook_hands_over_no_plan(cells)
-        text = _visible(cells)
-        for gone in DOC_GIVEAWAYS:
-            assert gone in text, (folder, gone)
+    transfer_text.check_the_old_texts_gave(LAB, OLD_DOCS, check_the_lecture_asks_for_the_plans, LECTURE_GIVEAWAYS,
+                                           check_the_notebook_hands_over_no_plan, DOC_GIVEAWAYS)
 
 
 # ---- Step 6: the builders' docstrings stated the schedule the step's questions ask for -------------
@@ -392,7 +366,7 @@ STEP6_GIVEAWAYS = ("keeps loading ``stages - 1`` K tiles ahead", "reused only af
 
 
 def check_step6_states_the_contract_only(cells):
-    text = transfer_text.flat(_visible(cells))
+    text = transfer_text.flat(transfer_text.visible(cells))
     for gone in STEP6_GIVEAWAYS:
         assert gone not in text, gone
     # the contract stays: persistent, grouped order, no drain between tiles, the store overlapping the next tile
@@ -410,7 +384,7 @@ def test_step6_states_the_contract_only():
 def test_the_step6_check_fails_on_the_docstrings_that_gave_the_schedule():
     for folder in ("solutions", "assignments"):
         cells = json.loads(transfer_text.old_text(STEP6_OLD, f"{folder}/{LAB}/{LAB}.ipynb"))["cells"]
-        text = transfer_text.flat(_visible(cells))
+        text = transfer_text.flat(transfer_text.visible(cells))
         assert all(g in text for g in STEP6_GIVEAWAYS)
         with pytest.raises(AssertionError):
             check_step6_states_the_contract_only(cells)
@@ -421,24 +395,5 @@ GIVEN_OLD = "a748dc4"     # the commit whose given code still said it
 GIVEN_GIVEAWAYS = ("of consumer warpgroup c: CONSUMER_BAR + c",)
 
 
-def _all_text(cells):
-    return transfer_text.flat("\n".join(transfer_text.source(c) for c in cells))
-
-
-def check_the_given_code_answers_nothing(cells):
-    text = _all_text(cells)
-    for gone in GIVEN_GIVEAWAYS:
-        assert gone not in text, gone
-
-
 def test_the_given_code_answers_nothing():
-    for folder in ("solutions", "assignments"):
-        check_the_given_code_answers_nothing(transfer_text.cells(LAB, folder))
-
-
-def test_the_given_code_check_fails_on_the_code_that_answered():
-    for folder in ("solutions", "assignments"):
-        cells = json.loads(transfer_text.old_text(GIVEN_OLD, f"{folder}/{LAB}/{LAB}.ipynb"))["cells"]
-        assert all(g in _all_text(cells) for g in GIVEN_GIVEAWAYS)
-        with pytest.raises(AssertionError):
-            check_the_given_code_answers_nothing(cells)
+    transfer_text.check_given_code_says_none_of(LAB, GIVEN_GIVEAWAYS, GIVEN_OLD)

@@ -3,7 +3,6 @@ problems (a packed load of a head-major Q, the conditional reference of a row sh
 lanes, a relay of three warpgroups on named barriers, a bias written into tensor memory), says
 per graded step what the student works out, and the notebook states the contract of the graded
 builders without spelling out their schedule."""
-import json
 import re
 
 import pytest
@@ -230,25 +229,11 @@ BARRIERS = ("q_full", "k_full", "v_full", "k_empty", "v_empty", "kv_full", "kv_e
             "p_o_rescale", "p_ready_2", "softmax_corr_empty", "corr_epi_full", "corr_epi_empty")
 
 
-def _visible(cells):
-    """The student-visible text of the cells, flattened: markdown and code, less the solution and
-    hidden-test regions (which the student edition strips)."""
-    out = []
-    for cell in cells:
-        inside = False
-        for line in transfer_text.source(cell).splitlines():
-            if re.search(r"### (BEGIN|END) (SOLUTION|HIDDEN TESTS)", line):
-                inside = "BEGIN" in line
-            elif not inside:
-                out.append(line)
-    return transfer_text.flat("\n".join(out))
-
-
 def check_the_notebook_states_rules_not_decisions(cells):
-    text = _visible(cells)
+    text = transfer_text.visible(cells)
     for gone in NB_GIVEAWAYS:
         assert gone not in text, gone
-    by_id = {c["metadata"].get("nbgrader", {}).get("grade_id"): _visible([c]) for c in cells}
+    by_id = {c["metadata"].get("nbgrader", {}).get("grade_id"): transfer_text.visible([c]) for c in cells}
     for grade_id, kept in NB_CONTRACT.items():
         for k in kept:
             assert k in by_id[grade_id], (grade_id, k)
@@ -318,19 +303,8 @@ def test_the_lecture_asks_what_the_texts_gave():
 
 
 def test_the_trial_checks_fail_on_the_texts_that_gave_the_decisions():
-    lecture = transfer_text.old_text(OLD_TRIAL, f"lectures/{LAB}/index.md")
-    with pytest.raises(AssertionError):
-        check_the_lecture_asks_what_the_texts_gave(lecture)
-    flat = transfer_text.flat(lecture)
-    for gone in LECTURE_GIVEAWAYS:
-        assert gone in flat, gone        # each was in the old lecture, so its absence is a change
-    for folder in ("solutions", "assignments"):
-        cells = json.loads(transfer_text.old_text(OLD_TRIAL, f"{folder}/{LAB}/{LAB}.ipynb"))["cells"]
-        with pytest.raises(AssertionError):
-            check_the_notebook_states_rules_not_decisions(cells)
-        text = _visible(cells)
-        for gone in NB_GIVEAWAYS:
-            assert gone in text, (folder, gone)
+    transfer_text.check_the_old_texts_gave(LAB, OLD_TRIAL, check_the_lecture_asks_what_the_texts_gave, LECTURE_GIVEAWAYS,
+                                           check_the_notebook_states_rules_not_decisions, NB_GIVEAWAYS)
 
 
 # ---- Given code whose comments or docstrings still answered a question of the lecture ------------
@@ -339,24 +313,5 @@ GIVEN_GIVEAWAYS = ("a 32 KB K block and a 32 KB V block", "and stages O at the e
                    "P[:, 0:96] as soon as it is stored, P[:, 96:128] after", "is split into group // pack sub-groups")
 
 
-def _all_text(cells):
-    return transfer_text.flat("\n".join(transfer_text.source(c) for c in cells))
-
-
-def check_the_given_code_answers_nothing(cells):
-    text = _all_text(cells)
-    for gone in GIVEN_GIVEAWAYS:
-        assert gone not in text, gone
-
-
 def test_the_given_code_answers_nothing():
-    for folder in ("solutions", "assignments"):
-        check_the_given_code_answers_nothing(transfer_text.cells(LAB, folder))
-
-
-def test_the_given_code_check_fails_on_the_code_that_answered():
-    for folder in ("solutions", "assignments"):
-        cells = json.loads(transfer_text.old_text(GIVEN_OLD, f"{folder}/{LAB}/{LAB}.ipynb"))["cells"]
-        assert all(g in _all_text(cells) for g in GIVEN_GIVEAWAYS)
-        with pytest.raises(AssertionError):
-            check_the_given_code_answers_nothing(cells)
+    transfer_text.check_given_code_says_none_of(LAB, GIVEN_GIVEAWAYS, GIVEN_OLD)

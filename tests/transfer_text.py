@@ -14,6 +14,7 @@ from grader.edition import release
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REGION = re.compile(r"### (BEGIN|END) SOLUTION")
+STRIPPED = re.compile(r"### (BEGIN|END) (SOLUTION|HIDDEN TESTS)")   # the regions the student edition leaves out
 
 
 def lecture(lab, root=ROOT):
@@ -100,3 +101,47 @@ def old_text(commit, path, reason="the old text is not in this checkout's histor
     if old.returncode:
         pytest.skip(reason)
     return old.stdout
+
+
+def notebook_text(cells):
+    """Every cell's source, markdown and code, flattened: what a given constant or helper says."""
+    return flat("\n".join(source(c) for c in cells))
+
+
+def check_given_code_says_none_of(lab, giveaways, old_commit):
+    """None of ``giveaways`` is in either notebook of ``lab`` today, and each was in both at
+    ``old_commit`` (so the check can fail: it does on the old notebooks)."""
+    for folder in ("solutions", "assignments"):
+        text = notebook_text(cells(lab, folder))
+        assert not [g for g in giveaways if g in text], [g for g in giveaways if g in text]
+        old = notebook_text(json.loads(old_text(old_commit, f"{folder}/{lab}/{spec.load(lab).notebook}"))["cells"])
+        assert all(g in old for g in giveaways), [g for g in giveaways if g not in old]
+
+
+def visible(cells):
+    """The student-visible text of notebook cells, flattened: markdown and code, less the solution
+    and hidden-test regions (which the student edition strips)."""
+    out = []
+    for cell in cells:
+        inside = False
+        for line in source(cell).splitlines():
+            if STRIPPED.search(line):
+                inside = "BEGIN" in line
+            elif not inside:
+                out.append(line)
+    return flat("\n".join(out))
+
+
+def check_the_old_texts_gave(lab, commit, lecture_check, lecture_giveaways, notebook_check, notebook_giveaways):
+    """The lecture and both notebooks as they were at ``commit`` fail their checks, and held every
+    give-away the checks look for: each absence today is a change, and each check can fail."""
+    lecture_then = old_text(commit, f"lectures/{lab}/index.md")
+    with pytest.raises(AssertionError):
+        lecture_check(lecture_then)
+    assert not [g for g in lecture_giveaways if g not in flat(lecture_then)]
+    for folder in ("solutions", "assignments"):
+        cells_then = json.loads(old_text(commit, f"{folder}/{lab}/{spec.load(lab).notebook}"))["cells"]
+        with pytest.raises(AssertionError):
+            notebook_check(cells_then)
+        text = visible(cells_then)
+        assert not [g for g in notebook_giveaways if g not in text], folder
