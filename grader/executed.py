@@ -373,11 +373,12 @@ class Batcher:
         claimed = []
         for rid in names:
             path = os.path.join(d, rid + ".job")
-            if os.path.exists(os.path.join(d, rid + ".result")):
-                continue
             if not _alive(int(rid.split("-")[1])):       # its process is gone: nobody waits for it
-                with contextlib.suppress(OSError):
-                    os.unlink(path)
+                for leftover in (path, os.path.join(d, rid + ".result")):
+                    with contextlib.suppress(OSError):
+                        os.unlink(leftover)
+                continue
+            if os.path.exists(os.path.join(d, rid + ".result")):
                 continue
             try:
                 with open(path) as f:

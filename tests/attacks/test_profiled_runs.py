@@ -225,6 +225,9 @@ def test_a_request_left_by_a_dead_holder_runs_again_and_one_of_a_dead_asker_is_d
     gone.wait()
     executed._write_json(os.path.join(folder, f"{1:020d}-{os.getpid()}-1.job"), executed._job_record(job("orphan")))
     executed._write_json(os.path.join(folder, f"{2:020d}-{gone.pid}-1.job"), executed._job_record(job("dead asker")))
+    # and an outcome its asker died before it could take
+    executed._write_json(os.path.join(folder, f"{3:020d}-{gone.pid}-2.job"), executed._job_record(job("answered")))
+    executed._write_json(os.path.join(folder, f"{3:020d}-{gone.pid}-2.result"), {"sass": None, "why": "x"})
     res = batcher.profile(job("mine"))
     assert res.message == "mine" and res.batch == 2
     assert [json.loads(line) for line in open(log)] == [["orphan", "mine"]]
