@@ -18,8 +18,10 @@ Problems (the argument order of the kernel call is ``Problem.call``):
   over an fp16 (M, N) tensor; ``kernel(x, out, alpha, beta)``; baseline: a device copy of x.
 - ``transpose`` (Lab 3): ``b = a.T`` for fp16 a of shape (m, n); ``kernel(a, b)``; baseline: a
   device copy of a; ``torch .t().contiguous()`` timed beside it.
-- ``gemm`` (Labs 4 and 5): ``D = A @ B.T``, A [M, K], B [N, K], fp16 in, fp32 accumulation, fp16
-  out; ``kernel(A, B, D)``; baseline: ``torch.matmul(A, B.T)``.
+- ``gemm`` (Lab 5): ``D = A @ B.T``, A [M, K], B [N, K] (both K-major), fp16 in, fp32
+  accumulation, fp16 out; ``kernel(A, B, D)``; baseline: ``torch.matmul(A, B.T)``.
+- ``gemm_nn`` (Lab 4): ``D = A @ B``, A [M, K], B [K, N] (B N-major), otherwise as ``gemm``;
+  baseline: ``torch.matmul(A, B)``.
 - ``attention`` (Lab 6): attention forward with grouped-query heads; ``kernel(Q, K, V, O, LSE)``;
   see :func:`attention_reference` and :func:`attention_tolerances`; baseline: SDPA with the cuDNN
   backend (FLASH timed beside it).
@@ -346,13 +348,20 @@ TRANSPOSE = Problem(
 )
 
 
-# ---------------------------------------------------------------- Labs 4 and 5: gemm
+# ---------------------------------------------------------------- Labs 4 and 5: gemm, gemm_nn
 
 def gemm_reference(ins, scalars, shape, rows=None) -> dict[str, torch.Tensor]:
     A, B = ins["A"], ins["B"]
     if rows is not None:
         A = A.index_select(0, rows)
     return {"D": A.double() @ B.double().T}
+
+
+def gemm_nn_reference(ins, scalars, shape, rows=None) -> dict[str, torch.Tensor]:
+    A, B = ins["A"], ins["B"]
+    if rows is not None:
+        A = A.index_select(0, rows)
+    return {"D": A.double() @ B.double()}
 
 
 def gemm_tolerance(shape, ins) -> dict[str, compare.Tolerance]:
@@ -367,6 +376,12 @@ def _gemm_baseline(ins, scalars, shape) -> Timed:
     A, B = ins["A"], ins["B"]
     D = torch.empty(shape.M, shape.N, dtype=torch.float16, device=A.device)
     return Timed(lambda: torch.matmul(A, B.T, out=D), gemm_work(shape), (D,))
+
+
+def _gemm_nn_baseline(ins, scalars, shape) -> Timed:
+    A, B = ins["A"], ins["B"]
+    D = torch.empty(shape.M, shape.N, dtype=torch.float16, device=A.device)
+    return Timed(lambda: torch.matmul(A, B, out=D), gemm_work(shape), (D,))
 
 
 GEMM = Problem(
@@ -384,6 +399,15 @@ GEMM = Problem(
     baseline=_gemm_baseline,
     row_axis={"D": 0},
     row_extent=lambda s: s.M,
+)
+
+GEMM_NN = dataclasses.replace(
+    GEMM,
+    name="gemm_nn",
+    doc="D = A @ B, A [M, K], B [K, N] (N-major), fp16 in, fp32 accumulation, fp16 out; kernel(A, B, D)",
+    inputs=(Operand("A", lambda s: (s.M, s.K)), Operand("B", lambda s: (s.K, s.N))),
+    reference=gemm_nn_reference,
+    baseline=_gemm_nn_baseline,
 )
 
 
@@ -570,7 +594,7 @@ ATTENTION = Problem(
 )
 
 
-PROBLEMS: dict[str, Problem] = {p.name: p for p in (SCALE_ADD, AFFINE, TRANSPOSE, GEMM, ATTENTION)}
+PROBLEMS: dict[str, Problem] = {p.name: p for p in (SCALE_ADD, AFFINE, TRANSPOSE, GEMM, GEMM_NN, ATTENTION)}
 
 
 def get(name: str) -> Problem:

@@ -43,7 +43,7 @@ def check_no_lecture_block_gives_the_graded_kernels(root=ROOT):
 QUESTIONS = ("which swizzle do its shared-memory tiles and descriptors use?", "What do your `wgmma_desc_fields` return",
              "which `wgmma` shape covers one m64 half", "how many k16 steps does one K slice take per half",
              "how many TMEM columns does the accumulator need", "how many `tcgen05.mma` does one K slice become?",
-             "where does each register pair land", "Which columns of $A$ and $B$ does iteration `k` copy",
+             "where does each register pair land", "Which slices of $A$ and of the lab's $B$ does iteration `k` copy",
              "in which iterations must the `accum` flag", "which parity does iteration `k` wait on",
              "which `wait_group` argument, placed where", "What is the grid's extent",
              "Which thread issues the loads and arms the barrier", "what byte count must one phase announce",
@@ -410,3 +410,69 @@ def test_each_given_answer_was_in_the_old_texts(tmp_path):
     lecture = transfer_text.flat(transfer_text.old_text(GIVEN, f"lectures/{LAB}/index.md"))
     for given in DESC_DERIVED + PHASE_GIVEN + LISTINGS_GIVEN:
         assert given in lecture, given
+
+
+# ---------------------------------------------------------------- the graded problem is not the lecture's
+
+def _graded_kernels(root=ROOT, folder="solutions"):
+    return {m.group(1): transfer_text.source(c) for c in transfer_text.cells(LAB, folder, root)
+            if c["cell_type"] == "code" and (m := re.match(r"def ((?:hopper|blackwell)_step[1-4])\(",
+                                                            transfer_text.source(c)))}
+
+
+def check_the_graded_b_is_n_major_and_the_lecture_b_is_k_major(root=ROOT):
+    """The lecture's listings multiply by a K-major B (X W^T, W stored N x K, transB False); the
+    graded kernels read B stored K x N: an MN-major operand, a (K, N) tile, transB in the MMA.
+    Transcribing a listing's operand handling gives the wrong product."""
+    lecture = transfer_text.lecture(LAB, root)
+    listings = "\n".join(transfer_text.code_blocks(lecture))
+    assert "transB=False" in listings and "transB=True" not in listings
+    assert "W: T.Buffer((COLS, DEPTH)" in listings
+    kernels = _graded_kernels(root)
+    assert len(kernels) == 8
+    for name, src in kernels.items():
+        assert "B: T.Buffer((K, N), f16)" in src and "Bsmem = pool.alloc((BLK_K, BLK_N)" in src, name
+        assert "transB=True" in src and "transB=False" not in src, name
+        if name.startswith("hopper"):
+            assert "wgmma_desc_fields_mn(128, BLK_K)" in src and "Bsmem.ptr_to([WGMMA_K * kk, 0])" in src, name
+    skeletons = _graded_kernels(root, "assignments")
+    for name, src in skeletons.items():         # the skeleton declares B as stored; the flags are the student's
+        assert "B: T.Buffer((K, N), f16)" in src and "transB" not in src, name
+    from grader import spec
+    kernel_parts = [p for p in spec.load(LAB).parts if p.kind == "kernel"]
+    assert kernel_parts and {p.params["problem"] for p in kernel_parts} == {"gemm_nn"}
+
+
+def check_the_mn_major_fields_are_asked_not_given(root=ROOT):
+    """The MN-major descriptor's LBO and SBO are part a's question: no student-visible text of the
+    notebook or the lecture gives them, or the rule they follow."""
+    seen = transfer_text.visible(transfer_text.cells(LAB, "solutions", root)) + transfer_text.flat(
+        transfer_text.lecture(LAB, root))
+    for giveaway in ("k_rows * swizzle_bytes", "LBO 512", "LBO = 512", "lbo=512", "(512, 64, 3)", "8192 bytes apart",
+                     "the leading byte offset runs from one atom-wide column block", "transB=True"):
+        assert giveaway not in seen, giveaway
+    assert "`wgmma_desc_fields_mn(swizzle_bytes, k_rows)`" in seen
+    assert "Along which dimension does each one step for such an operand?" in seen
+
+
+def test_the_graded_b_is_n_major_and_the_lecture_b_is_k_major():
+    check_the_graded_b_is_n_major_and_the_lecture_b_is_k_major()
+
+
+def test_the_mn_major_fields_are_asked_not_given():
+    check_the_mn_major_fields_are_asked_not_given()
+
+
+def test_the_variant_checks_fail_on_the_k_major_lab(tmp_path):
+    """At 84c9765 the lab's kernels were the lecture's problem (K-major B): the variant check
+    fails there, and so does the question check (nothing asked for the MN-major fields)."""
+    import json
+    for rel in ("lectures/lab4_gemm/index.md", "solutions/lab4_gemm/lab4_gemm.ipynb",
+                "assignments/lab4_gemm/lab4_gemm.ipynb"):
+        os.makedirs(tmp_path / os.path.dirname(rel), exist_ok=True)
+        (tmp_path / rel).write_text(transfer_text.old_text("84c9765", rel))
+    json.loads((tmp_path / "solutions/lab4_gemm/lab4_gemm.ipynb").read_text())
+    with pytest.raises(AssertionError):
+        check_the_graded_b_is_n_major_and_the_lecture_b_is_k_major(str(tmp_path))
+    with pytest.raises(AssertionError):
+        check_the_mn_major_fields_are_asked_not_given(str(tmp_path))

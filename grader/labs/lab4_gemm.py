@@ -2,7 +2,10 @@
 
 - ``wgmma_desc_fields(swizzle_bytes) -> (lbo, sbo, swizzle_code)`` and
   ``wgmma_desc_offset(row, k, dtype_bytes, swizzle_bytes) -> int`` (bytes from the tile's start)
-  for a K-major SMEM tile whose rows are one swizzle atom wide.
+  for a K-major SMEM tile whose rows are one swizzle atom wide, and
+  ``wgmma_desc_fields_mn(swizzle_bytes, k_rows) -> (lbo, sbo, swizzle_code)`` for an MN-major
+  tile of k_rows rows laid out by ``mma_shared_layout`` (column blocks one atom wide, each k_rows
+  rows deep, one after the other).
 - ``wgmma_acc_coord(thread, reg) -> (row, col)`` and ``wgmma_acc_owner(row, col) -> (thread, reg)``:
   the fp32 accumulator fragment of wgmma m64nN.
 - ``first_unsafe(ops) -> int | None`` (schedule of "copy", "fence", "sync", "mma", "wait", "read"),
@@ -10,12 +13,12 @@
   ``early_waits(parities, completed_before) -> list``, ``grid_info(M, N, K, blk_m, blk_n, blk_k)
   -> dict`` and ``same_tiles(bx, by, M, N, blk_m, blk_n) -> dict``.
 - ``hopper_step1..4(M, N, K)`` (sm_90a, wgmma) and ``blackwell_step1..4(M, N, K)`` (sm_100a,
-  tcgen05) -> PrimFunc computing D = A @ B.T, A [M, K], B [N, K], D [M, N] in fp16 with fp32
-  accumulation, called as ``kernel(A, B, D)``; M and N multiples of 128, K of 64 (step 1 is
+  tcgen05) -> PrimFunc computing D = A @ B, A [M, K], B [K, N] (N-major), D [M, N] in fp16 with
+  fp32 accumulation, called as ``kernel(A, B, D)``; M and N multiples of 128, K of 64 (step 1 is
   128 x 128 x 64 only, step 2 has M = N = 128).
 
 The kernel parts run the builder of the GPU's track (``builders`` in the spec, keyed by
-track): the problem ``gemm`` of grader/problems.py, graded by the default runners. The SASS
+track): the problem ``gemm_nn`` of grader/problems.py, graded by the default runners. The SASS
 part compiles the Hopper kernels and checks that no instruction reads a wgmma accumulator
 register while a wgmma may still be writing it.
 """
@@ -37,6 +40,13 @@ def ref_desc_fields(swizzle_bytes: int) -> tuple[int, int, int]:
     # byte offset is the distance between 8-row core-matrix groups, 8 rows of one atom width,
     # in 16-byte units.
     return (1, 8 * swizzle_bytes // 16, SWIZZLE_CODES[swizzle_bytes])
+
+
+def ref_desc_fields_mn(swizzle_bytes: int, k_rows: int) -> tuple[int, int, int]:
+    # MN-major and swizzled: the leading byte offset runs from one atom-wide column block to the
+    # next along M or N (k_rows rows of swizzle_bytes), the stride byte offset from one 8-row group
+    # to the next along K; both in 16-byte units.
+    return (k_rows * swizzle_bytes // 16, 8 * swizzle_bytes // 16, SWIZZLE_CODES[swizzle_bytes])
 
 
 def ref_desc_offset(row: int, k: int, dtype_bytes: int, swizzle_bytes: int) -> int:
@@ -111,10 +121,14 @@ _hidden = grading.hidden_count
 def desc_cases(ctx: Context) -> list[tuple]:
     cases = [("fields", (128,)), ("fields", (64,)), ("fields", (32,)),
              ("offset", (0, 0, 2, 128)), ("offset", (0, 16, 2, 128)), ("offset", (64, 48, 2, 128)),
-             ("offset", (8, 32, 1, 64)), ("offset", (120, 8, 4, 128))]
+             ("offset", (8, 32, 1, 64)), ("offset", (120, 8, 4, 128)),
+             ("fields_mn", (128, 32)), ("fields_mn", (32, 128))]   # not the kernels' (128, 64)
     r = inputs.rng(LAB, ctx.part.id, ctx.seed)
-    for _ in range(_hidden(ctx)):
+    for i in range(_hidden(ctx)):
         b, sw = r.choice([1, 2, 4]), r.choice([32, 64, 128])
+        if i % 4 == 3:
+            cases.append(("fields_mn", (sw, 8 * r.randrange(1, 33))))
+            continue
         step = 32 // b                                 # one wgmma K slice is 32 bytes
         cases.append(("offset", (8 * r.randrange(32), step * r.randrange(sw // 32), b, sw)))
     return cases
@@ -224,8 +238,9 @@ def unsafe_cases(ctx: Context) -> list[tuple]:
 QUESTIONS = {   # CPU questions declared as data: graded by grading.grade_question (grader/dispatch.py)
     "a_desc": grading.Question(
         desc_cases,
-        answers={"fields": ref_desc_fields, "offset": ref_desc_offset},
-        params={"fields": ("swizzle_bytes",), "offset": ("row", "k", "dtype_bytes", "swizzle_bytes")}),
+        answers={"fields": ref_desc_fields, "offset": ref_desc_offset, "fields_mn": ref_desc_fields_mn},
+        params={"fields": ("swizzle_bytes",), "offset": ("row", "k", "dtype_bytes", "swizzle_bytes"),
+                "fields_mn": ("swizzle_bytes", "k_rows")}),
     "a_frag": grading.Question(
         frag_cases,
         answers={"coord": ref_acc_coord, "owner": ref_acc_owner},
@@ -246,6 +261,6 @@ QUESTIONS = {   # CPU questions declared as data: graded by grading.grade_questi
 GRADERS = {
     "sass_hazard": build_checks.accumulator_hazard,
     # s1..s4_build_sm90/_sm100: the default build runner (grading.build_part);
-    # s1..s4_correct, s3_speed and s4_speed: problem "gemm" (grader/problems.py), graded by
+    # s1..s4_correct, s3_speed and s4_speed: problem "gemm_nn" (grader/problems.py), graded by
     # grader/runners.py with the builder of the GPU's track
 }

@@ -250,6 +250,28 @@ def test_gemm_reference_tolerance_and_work():
     assert g.work(s) == grading.Work(bytes=2 * (128 * 4096 + 256 * 4096 + 128 * 256), flops=2 * 128 * 256 * 4096)
 
 
+def test_gemm_nn_takes_b_as_k_by_n():
+    """Lab 4's problem: D = A @ B with B stored K x N; a kernel that computes Lab 5's A @ B.T of
+    the same tensor fails, and the baseline multiplies B as stored."""
+    g = problems.get("gemm_nn")
+    s = g.shape([128, 256, 512])
+    ins = g.make_inputs("lab4_gemm", "s3_correct", s, 7, 0, "cpu")
+    assert ins["B"].shape == (512, 256) and g.call == problems.GEMM.call
+    ref = g.reference(ins, {}, s)["D"]
+    A, B = ins["A"].double(), ins["B"].double()
+    assert ref.shape == (128, 256) and torch.allclose(ref, torch.einsum("mk,kn->mn", A, B), rtol=1e-12, atol=1e-9)
+    tol = g.tolerance(s, ins)["D"]
+    assert compare.compare((ins["A"].float() @ ins["B"].float()).half(), ref, tol).ok
+    square = g.shape([256, 256, 256])
+    sq = g.make_inputs("lab4_gemm", "s3_correct", square, 7, 0, "cpu")
+    assert not compare.compare((sq["A"].float() @ sq["B"].float().T).half(), g.reference(sq, {}, square)["D"],
+                               g.tolerance(square, sq)["D"]).ok
+    base = g.baseline(sq, {}, square)
+    base.fn()
+    assert torch.allclose(base.outputs[0].double(), g.reference(sq, {}, square)["D"], atol=0.25)
+    assert g.work(s) == problems.GEMM.work(s) and spec.load("lab4_gemm").part("s4_speed").params["problem"] == "gemm_nn"
+
+
 # ---------------------------------------------------------------- declarations
 
 def test_every_problem_is_declared_consistently():
@@ -412,7 +434,7 @@ def test_correctness_runner_picks_the_builder_of_the_gpus_track(device, builders
     def builder(name):
         def build(M, N, K):
             called.append((name, M, N, K))
-            return lambda A, B, D: D.copy_((A.float() @ B.float().T).half())
+            return lambda A, B, D: D.copy_((A.float() @ B.float()).half())   # Lab 4: D = A @ B, B [K, N]
         return build
     params = {"builders": builders} if builders else None
     ctx = context("lab4_gemm", "s2_correct", device=device, params=params)
@@ -532,7 +554,7 @@ def test_speed_runner_samples_rows_of_a_gemm():
     def builder(skip_odd_rows):
         def build(M, N, K):
             def ex(A, B, D):
-                D.copy_((A.float() @ B.float().T).half())
+                D.copy_((A.float() @ B.float()).half())   # Lab 4: D = A @ B, B [K, N]
                 if skip_odd_rows:
                     D[1::2] = float("nan")
             return ex
@@ -595,7 +617,7 @@ def test_persistent_builders_get_the_sm_count_read_from_the_device():
 
     def build(M, N, K, num_sms):
         seen.append(num_sms)
-        return lambda A, B, D: D.copy_((A.float() @ B.float().T).half())
+        return lambda A, B, D: D.copy_((A.float() @ B.float()).half())   # Lab 4: D = A @ B, B [K, N]
     env = cpu_env()
     env.sm_count = lambda: 77                          # what the GPU reports, not a table
     ctx = context("lab4_gemm", "s2_correct", params={"num_sms": "device"}, public_only=True)
