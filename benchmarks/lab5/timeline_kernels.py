@@ -2,9 +2,9 @@
 
 D = A @ B.T, A [M, K], B [N, K], D [M, N], fp16 in memory, fp32 accumulation.
 
-* ``traced_step4``: Lab 4's ``hopper_step4`` (one warpgroup: thread 0 issues the TMA loads, every
-  warp waits on the barrier, runs the wgmmas, syncs; a TMA-store epilogue) with trace points.
-  One timeline row per warp.
+* ``traced_step4``: Lab 4's ``hopper_step4`` written for the K-major B of Lab 4's lecture and of
+  Lab 5 (one warpgroup: thread 0 issues the TMA loads, every warp waits on the barrier, runs the
+  wgmmas, syncs; a TMA-store epilogue) with trace points. One timeline row per warp.
 * ``traced_ws``: a warp-specialized variant with a ``stages``-deep ring: warpgroup 0's lane 0 of
   warp 0 is the TMA producer (waits on ``empty[s]``, issues the loads into ``full[s]``),
   warpgroup 1 is the MMA consumer (waits on ``full[s]``, 8 x wgmma m64n128k16, releases the
@@ -12,7 +12,7 @@ D = A @ B.T, A [M, K], B [N, K], D [M, N], fp16 in memory, fp32 accumulation.
 
 Both builders return ``(prim_func, info)``; ``info`` holds what the host needs: the trace buffer
 length, the grid size, the row names for ``timeline.decode``.
-The constants and helpers at the top are Lab 4's (solutions/lab4_gemm, cell 1).
+The constants and helpers at the top are Lab 4's (solutions/lab4_gemm, cell 1), for a K-major B.
 """
 from __future__ import annotations
 
