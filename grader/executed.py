@@ -324,7 +324,9 @@ class Batcher:
     that has not been made. A request whose run died with its holder is run again by the next
     holder (nobody else can be running it: running needs the lock); one whose asker has died is
     dropped.
-    Requests and outcomes are JSON (a cubin as base64), written by the grader's processes only."""
+    Requests and outcomes are JSON (a cubin as base64), written by the grader's processes only.
+    While a thread waits for a run that another holder makes, it does the other work its grading
+    pool hands it (:func:`meanwhile`) between polls, so that a wait holds no grading worker idle."""
 
     POLL_S = 0.05
 
@@ -349,13 +351,18 @@ class Batcher:
         try:
             while True:
                 locked = False
-                with spans.span("profiler_wait"):
-                    while not os.path.exists(answer) and not locked:
-                        try:
-                            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                            locked = True
-                        except BlockingIOError:
-                            time.sleep(self.POLL_S)
+                while not os.path.exists(answer) and not locked:
+                    with spans.span("profiler_wait"):       # idle: the work done meanwhile has its own spans
+                        while not os.path.exists(answer) and not locked:
+                            try:
+                                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                                locked = True
+                            except BlockingIOError:
+                                if _work_waiting():
+                                    break
+                                time.sleep(self.POLL_S)
+                    if not locked and not os.path.exists(answer):
+                        _other_work()
                 try:
                     if os.path.exists(answer):
                         return _take_result(answer)
@@ -436,6 +443,37 @@ def _take_result(path: str) -> Executed:
 
 
 BATCHER = Batcher()
+
+_idle = threading.local()       # what this thread does while it waits for someone else's profiled run
+
+
+@contextlib.contextmanager
+def meanwhile(work, waiting):
+    """While the block runs, a wait of this thread for a profiled run that another holder makes
+    calls ``work()`` whenever ``waiting()`` says there is other work: ``work`` does one short piece
+    of it (or nothing, if another thread took it first). Work never runs inside work."""
+    old = getattr(_idle, "hooks", None)
+    _idle.hooks = (work, waiting)
+    try:
+        yield
+    finally:
+        _idle.hooks = old
+
+
+def _work_waiting() -> bool:
+    hooks = getattr(_idle, "hooks", None)
+    return bool(hooks and hooks[1]())
+
+
+def _other_work() -> None:
+    hooks = getattr(_idle, "hooks", None)
+    if hooks is None:
+        return
+    _idle.hooks = None
+    try:
+        hooks[0]()
+    finally:
+        _idle.hooks = hooks
 
 
 @contextlib.contextmanager

@@ -32,7 +32,8 @@ import threading
 import time
 from typing import Callable
 
-from . import build, channel, dispatch, hardware, remote, report, sandbox, spans, spec, submission, timing, verdict
+from . import (build, channel, dispatch, executed, hardware, remote, report, sandbox, spans, spec, submission, timing,
+               verdict)
 from .context import Context
 
 SOLUTIONS_DIR = os.path.join(sandbox.REPO_ROOT, "solutions")
@@ -418,27 +419,56 @@ def check_lab(lab: str, submission_path: str | None, seed: int, device: hardware
 
 
 def _in_pool(n: int, parts: list, new_worker: Callable[[], _Worker], grade_part) -> None:
-    """Grade ``parts`` in order on ``n`` workers (threads, each with its own child)."""
-    if n == 1:
-        w = new_worker() if parts else None
-        for p in parts:
-            grade_part(w, p)
-        return
+    """Grade ``parts`` in order on ``n`` workers (threads, each with its own child). A worker
+    whose part waits for a profiled run that another holder makes builds kernels ahead meanwhile
+    (the next :class:`_BuildAhead` of the queue, with its own child, which the waiting part is not
+    using): the wait holds no worker idle."""
     queue = list(parts)
     lock = threading.Lock()
     failures: list[BaseException] = []
 
-    def loop(w: _Worker) -> None:
-        while True:
+    def ahead() -> int | None:
+        return next((k for k, p in enumerate(queue) if isinstance(p, _BuildAhead)), None)
+
+    def waiting() -> bool:
+        with lock:
+            return ahead() is not None
+
+    def meanwhile(w: _Worker) -> Callable[[], None]:
+        def work() -> None:
             with lock:
-                if not queue:
+                i = ahead()
+                if i is None:
                     return
-                p = queue.pop(0)
+                job = queue.pop(i)
+            deadline = w.backend.deadline            # the waiting part's, restored for it
             try:
-                grade_part(w, p)
-            except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread
+                grade_part(w, job)
+            except Exception as e:  # noqa: BLE001 - the pool re-raises it, as a failure of the job's own turn
                 failures.append(e)
-                return
+            finally:
+                w.backend.deadline = deadline
+        return work
+
+    def loop(w: _Worker) -> None:
+        with executed.meanwhile(meanwhile(w), waiting):
+            while True:
+                with lock:
+                    if not queue:
+                        return
+                    p = queue.pop(0)
+                try:
+                    grade_part(w, p)
+                except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread
+                    failures.append(e)
+                    return
+
+    if n == 1:
+        if queue:
+            loop(new_worker())
+        if failures:
+            raise failures[0]
+        return
 
     workers = [new_worker() for _ in range(n)]
     threads = [threading.Thread(target=loop, args=(w,), daemon=True) for w in workers]

@@ -163,6 +163,55 @@ def test_requests_made_while_a_run_is_under_way_share_the_next_run(monkeypatch, 
     assert got["a"].batch == 1 and got["b"].batch == got["c"].batch == 2
 
 
+def test_a_worker_waiting_for_someone_elses_run_builds_kernels_ahead_meanwhile(monkeypatch, tmp_path):
+    """One worker: its build part waits for a profiled run another holder makes; the kernels queued
+    to be built ahead are built by that worker while it waits (each outside the wait's idle
+    span), not after the part. Before, the worker sat idle for the whole run."""
+    from grader import run
+    monkeypatch.setattr(executed, "profile_many", lambda jobs: [executed.Executed("listing", batch=len(jobs))
+                                                                for _ in jobs])
+    batcher = executed.Batcher(str(tmp_path))
+    holder = threading.Event()
+    order = []
+
+    def other_holder():                       # another grading process, running ncu for 1.5 s
+        d = batcher._folder(executed.Job({}, b"", "", {}))
+        fd = os.open(os.path.join(d, "queue.lock"), os.O_CREAT | os.O_RDWR)
+        import fcntl
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        holder.set()
+        time.sleep(1.5)
+        order.append("the other run ends")
+        os.close(fd)
+    t = threading.Thread(target=other_holder)
+    t.start()
+    holder.wait(5)
+
+    class Backend:
+        deadline = 0.0
+
+    worker = types.SimpleNamespace(backend=Backend())
+    part = spec.load("lab4_gemm").part("s1_correct")
+    ahead = [run._BuildAhead(part, f"kernel{i}", (), {}) for i in range(2)]
+
+    def grade_part(w, item):
+        if isinstance(item, run._BuildAhead):
+            w.backend.deadline = 99.0
+            order.append(item.name)
+            return
+        if item == "build part":
+            w.backend.deadline = 7.0
+            order.append("wait starts")
+            batcher.profile(executed.Job({"launches": []}, b"", "", {"part": "s1_build_sm90"}))
+            order.append(f"wait ends (deadline {w.backend.deadline})")
+        else:
+            order.append(item)
+    run._in_pool(1, ["build part", *ahead, "correctness part"], lambda: worker, grade_part)
+    t.join(5)
+    assert order == ["wait starts", "kernel0", "kernel1", "the other run ends", "wait ends (deadline 7.0)",
+                     "correctness part"], order
+
+
 def _queue_fake(log):
     """A stand-in for profile_many that writes each run's parts to ``log`` (one line per run) and
     answers each job with its own part's name."""
