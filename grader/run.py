@@ -254,13 +254,50 @@ def builds_ahead(lab_spec: spec.LabSpec, parts: list[spec.Part], seed: int, devi
     return out
 
 
-def pool_order(cpu: list[spec.Part], gpu_untimed: list[spec.Part], ahead: list[_BuildAhead]) -> list:
-    """The order the workers take the untimed work in: the CPU parts (longest time limit first,
-    so that no long part starts last); the GPU parts that build their own kernels; then each GPU
+@dataclasses.dataclass
+class _TimedTurn:
+    """A timed part's place in the pool: the worker that takes it grades the part once every
+    untimed GPU part of the lab has its verdict (its kernels are checked, and none hung), while
+    the other workers go on; the GPU's exclusive lock keeps every other kernel off the GPU while
+    it is timed."""
+    part: spec.Part
+
+
+class _TimedGate:
+    """When the timed parts of a lab may run in its pool: once every untimed GPU part has its
+    verdict. If one of those timed out while other parts ran beside it (``regraded``: it is graded
+    again alone after the pool), or its grading failed, they wait until after the pool instead."""
+
+    def __init__(self, untimed: list[str], regraded: bool) -> None:
+        self._left = set(untimed)
+        self._cond = threading.Condition()
+        self._again = False
+        self._regraded = regraded
+
+    def done(self, part_id: str, result: report.PartResult | None) -> None:
+        with self._cond:
+            if part_id not in self._left:
+                return
+            self._left.discard(part_id)
+            if result is None or (result.verdict == report.ERROR and "timed out" in result.message):
+                self._again = True
+            self._cond.notify_all()
+
+    def wait(self) -> bool:
+        """Block until every untimed GPU part has its verdict; True: time the part now, False:
+        after the pool."""
+        with self._cond:
+            self._cond.wait_for(lambda: not self._left)
+            return not self._again or not self._regraded
+
+
+def pool_order(cpu: list[spec.Part], gpu_untimed: list[spec.Part], ahead: list[_BuildAhead],
+               timed: list[spec.Part] = ()) -> list:
+    """The order the workers take the work in: the CPU parts (longest time limit first, so that
+    no long part starts last); the GPU parts that build their own kernels; then each GPU
     correctness part right after the kernels built ahead for it (it starts while later kernels
     build; a kernel still being built when the part asks for it is waited for, not built twice);
-    the timed parts' kernels last (they are needed only after the pool). Timed parts are not in
-    it: they run after the pool, one at a time, once the children are stopped."""
+    the timed parts' kernels last, each timed part (a :class:`_TimedTurn`) right after its own."""
     by_part: dict[str, list[_BuildAhead]] = {}
     for job in ahead:
         by_part.setdefault(job.part.id, []).append(job)
@@ -269,6 +306,8 @@ def pool_order(cpu: list[spec.Part], gpu_untimed: list[spec.Part], ahead: list[_
     for p in gpu_untimed:
         if p.id in by_part:
             order += by_part.pop(p.id) + [p]
+    for p in timed:
+        order += by_part.pop(p.id, []) + [_TimedTurn(p)]
     for jobs in by_part.values():
         order += jobs
     return order
@@ -298,9 +337,12 @@ def check_lab(lab: str, submission_path: str | None, seed: int, device: hardware
     jailed here, unless ``unsafe`` (``--unsafe-no-sandbox``: every part's report says so).
 
     Untimed parts (CPU and GPU correctness) and the kernels of GPU parts (built ahead) are spread
-    over ``workers`` children (default :func:`default_workers`), each running the cells once;
-    timed parts come last, one at a time, after the other children are stopped. A GPU part that timed out while other parts ran
-    beside it is graded again alone before its verdict is final."""
+    over ``workers`` children (default :func:`default_workers`), each running the cells once. A
+    timed part starts once every untimed GPU part has its verdict, while the workers finish the
+    rest (the GPU's exclusive lock keeps other kernels off the GPU while it is timed). A GPU part
+    that timed out while other parts ran beside it is graded again alone before its verdict is
+    final, and the timed parts then wait for it: they run last, after the other children are
+    stopped."""
     lab_spec = spec.load(lab)
     sandbox.require_isolation(unsafe)
     if parts:
@@ -335,10 +377,22 @@ def check_lab(lab: str, submission_path: str | None, seed: int, device: hardware
         built = [0]                      # kernels built ahead so far (progress lines)
         done_lock = threading.Lock()
 
+        deferred: list[spec.Part] = []           # timed parts that wait for a part graded again alone
+
         def grade_part(w: _Worker, part) -> None:
+            if isinstance(part, _TimedTurn):
+                if gate.wait():
+                    grade_part(w, part.part)
+                else:
+                    deferred.append(part.part)
+                return
             ahead_of = isinstance(part, _BuildAhead)
-            with spans.grading(lab, part.part.id if ahead_of else part.id, "build_ahead" if ahead_of else "part"):
-                graded(w, part)
+            try:
+                with spans.grading(lab, part.part.id if ahead_of else part.id, "build_ahead" if ahead_of else "part"):
+                    graded(w, part)
+            finally:
+                if not ahead_of:
+                    gate.done(part.id, results.get(part.id))
 
         def graded(w: _Worker, part) -> None:
             if isinstance(part, _BuildAhead):
@@ -381,10 +435,11 @@ def check_lab(lab: str, submission_path: str | None, seed: int, device: hardware
         cpu = sorted((p for p in selected if not p.needs_gpu), key=lambda p: -p.timeout_s)
         gpu_untimed = [p for p in selected if p.needs_gpu and not p.thresholds]
         timed = [p for p in selected if p.needs_gpu and p.thresholds]
-        queue = pool_order(cpu, gpu_untimed, ahead)
+        queue = pool_order(cpu, gpu_untimed, ahead, timed)
         if ahead:
             progress(f"[{lab}] building {len(ahead)} kernels of the GPU parts ahead, in parallel")
         n = max(1, min(workers or default_workers(), len(queue)))
+        gate = _TimedGate([p.id for p in gpu_untimed], regraded=n > 1 and device.present)
         harnesses = _Harnesses(max(1, min(n, len(gpu_untimed))), prestart=device.present and bool(gpu_untimed or timed),
                                unsafe=unsafe)
         _in_pool(n, queue, new_worker, grade_part)
@@ -399,7 +454,7 @@ def check_lab(lab: str, submission_path: str | None, seed: int, device: hardware
             w.close()
         harnesses.keep_one()
         main = pool[0] if pool else new_worker()
-        for part in timed:
+        for part in [p for p in timed if p in deferred]:
             grade_part(main, part)
         errors = list(dict.fromkeys(c for w in pool for c in w.backend.cell_errors))
         notes += [f"{c.splitlines()[0]}" for c in errors]

@@ -77,8 +77,53 @@ def test_the_kernels_of_gpu_parts_are_planned_ahead_and_ordered_for_the_pool():
             mine = [a for a in ahead if a.part is p]
             assert order[i - len(mine):i] == mine
     assert len({(a.name, a.args) for a in ahead}) == len(ahead)          # each kernel once
+    timed_parts = [p for p in lab.parts if p.needs_gpu and p.thresholds]
+    with_turns = run.pool_order(cpu, untimed, ahead, timed_parts)
+    assert with_turns[:len(order) - len(timed)] == order[:len(order) - len(timed)]
+    for p in timed_parts:                                              # each timed part right after its kernels
+        i = next(k for k, x in enumerate(with_turns) if isinstance(x, run._TimedTurn) and x.part is p)
+        mine = [a for a in ahead if a.part is p]
+        assert with_turns[i - len(mine):i] == mine
+    assert len(with_turns) == len(order) + len(timed_parts)
     assert {a.part.id for a in ahead} == {p.id for p in lab.parts if p.needs_gpu and p.kind == "kernel"}
     assert all(a.name.startswith("hopper_") for a in ahead)             # the GPU's track
     assert {a.kwargs.get("num_sms") for a in ahead if a.name != "hopper_step5"} == {132}   # read from the GPU
     public = run.builds_ahead(lab, lab.parts, inputs.PUBLIC_SEED, gpu, public_only=True)
     assert len(public) < len(ahead)                                      # the hidden shapes are not built for a check
+
+
+def _gate_result(verdict, message="ok"):
+    from grader import report
+    return report.PartResult("lab", "p", "t", 0.0, 1, verdict, message, True)
+
+
+def test_a_timed_part_waits_for_every_untimed_gpu_verdict_and_defers_after_a_hang():
+    """The timed turn of a lab's pool starts once all its correctness parts have their verdicts;
+    a correctness part that timed out beside others is graded again alone after the pool, and the
+    timed parts go after it."""
+    import threading
+    import time
+    from grader import report
+    gate = run._TimedGate(["s1_correct", "s2_correct"], regraded=True)
+    got = []
+    t = threading.Thread(target=lambda: got.append(gate.wait()))
+    t.start()
+    gate.done("s1_correct", _gate_result(report.PASSED))
+    time.sleep(0.2)
+    assert t.is_alive() and not got                      # s2_correct has no verdict yet
+    gate.done("cpu_part", _gate_result(report.PASSED))     # not a correctness part: no matter
+    time.sleep(0.1)
+    assert t.is_alive()
+    gate.done("s2_correct", _gate_result(report.FAILED, "wrong at 128x128x64"))
+    t.join(5)
+    assert got == [True]                                 # a wrong kernel is a verdict: time the part now
+
+    hung = run._TimedGate(["s1_correct"], regraded=True)
+    hung.done("s1_correct", _gate_result(report.ERROR, "timed out after 300 s: ..."))
+    assert hung.wait() is False                           # after the part is graded again alone
+    one_worker = run._TimedGate(["s1_correct"], regraded=False)
+    one_worker.done("s1_correct", _gate_result(report.ERROR, "timed out after 300 s: ..."))
+    assert one_worker.wait() is True                      # nothing is graded again: no reason to wait
+    crashed = run._TimedGate(["s1_correct"], regraded=True)
+    crashed.done("s1_correct", None)                      # its grading raised: the pool re-raises it
+    assert crashed.wait() is False
