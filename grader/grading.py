@@ -310,7 +310,7 @@ def build_part(module, ctx: Context, extra: Callable | None = None, texts: Calla
                     named = ran.evidence
                     if ran.sass is not None:
                         static_ok = {c.name for c in inspect.check_all(ctx.part.mechanisms, listings) if c.ok}
-                        listings = dict(listings, sass=ran.sass)
+                        listings = dict(listings, sass=ran.sass, sass_launched=listings.get("sass", ""))
             if isinstance(listings, tuple):
                 listings, named = listings[0], EVIDENCE.get(listings[1], listings[1])
             idle = degenerate(art, listings, ctx.part.mechanisms)

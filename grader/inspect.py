@@ -361,6 +361,30 @@ def _barriers_uniform(m: Mechanism, texts: dict) -> CheckResult:
         "every thread reaches it)"))
 
 
+_HGMMA = re.compile(r"\bHGMMA\.\S+")
+_TNSP_B = re.compile(r"gdesc\[[^\]]*\]\S*\.tnspB\b")
+
+
+def _b_mn_major(m: Mechanism, texts: dict) -> CheckResult:
+    """Every wgmma reads its B operand as MN-major: ``.tnspB`` on the descriptor of each HGMMA
+    (wgmma.mma_async's imm-trans-b = 1). A kernel whose B is stored K x N and read as K-major
+    computes with the wrong elements of B, and only a GPU run would show it otherwise. Read in the
+    SASS of the launched code (``sass_launched`` where the executed listing replaced ``sass``): a
+    rule on every HGMMA is only stricter there, and the listing's text comes from the disassembler
+    the rule was written against."""
+    sass = texts.get("sass_launched") or texts.get("sass") or ""
+    lines = [ln for ln in sass.splitlines() if _HGMMA.search(ln)]
+    if not lines:
+        return CheckResult(m.name, False, 0, f"{m.description}: MISSING (no HGMMA in the SASS)")
+    k_major = [ln for ln in lines if not _TNSP_B.search(ln)]
+    if k_major:
+        return CheckResult(m.name, False, len(lines) - len(k_major), (
+            f"{m.description}: MISSING ({len(k_major)} of {len(lines)} HGMMA read B as K-major, without .tnspB, "
+            f"e.g. `{_HGMMA.search(k_major[0]).group(0)} ...`: this B is stored K x N, so a row of its tile runs "
+            "along N; the wgmma must be told that B is MN-major, and its descriptor must describe an MN-major tile)"))
+    return CheckResult(m.name, True, len(lines), f"{m.description}: found (all {len(lines)} HGMMA with .tnspB)")
+
+
 SETMAXNREG_IGNORED = re.compile(r"[^\n]*'setmaxnreg' ignored[^\n]*")
 SETMAXNREG_FIX = ("setmaxnreg works only when ptxas knows the kernel's register count at entry, i.e. when the "
                   "kernel declares its threads per CTA and one CTA per SM (__launch_bounds__(threads, 1)); in "
@@ -413,6 +437,8 @@ MECHANISMS = {m.name: m for m in [
               r"\bHGMMA\.\S+\s+R\d+,\s*gdesc\["),
     Mechanism("wgmma_rs", "wgmma with A from registers (HGMMA R, R, gdesc[...]: wgmma.mma_async ... {a regs})", "sass",
               r"\bHGMMA\.\S+\s+R\d+,\s*R\d+,\s*gdesc\["),
+    Mechanism("wgmma_b_mn_major", "wgmma reading an MN-major B (every HGMMA's descriptor with .tnspB)", "sass", "",
+              custom=_b_mn_major),
     Mechanism("named_barrier_arrive", "arrivals on a named barrier without waiting (bar.arrive: BAR.ARV id, "
               "count), the hand-over of a ping-pong", "sass", r"\bBAR\.ARV\s+(?:0x[1-9a-f][0-9a-f]*|R\d+),\s*0x[0-9a-f]+"),
     Mechanism("exp2_mufu", "exp2 on the special-function unit (MUFU.EX2)", "sass", r"\bMUFU\.EX2\b"),

@@ -476,3 +476,33 @@ def test_the_variant_checks_fail_on_the_k_major_lab(tmp_path):
         check_the_graded_b_is_n_major_and_the_lecture_b_is_k_major(str(tmp_path))
     with pytest.raises(AssertionError):
         check_the_mn_major_fields_are_asked_not_given(str(tmp_path))
+
+
+def test_the_mn_major_b_rule_reads_every_hgmma():
+    from grader import inspect
+    nn = "/*0540*/ HGMMA.64x128x16.F32 R88, gdesc[UR4].tnspB, RZ, !UPT ;\n/*0720*/ HGMMA.64x128x16.F32 R88, gdesc[UR8].tnspB, R88 ;"
+    mixed = nn + "\n/*0800*/ HGMMA.64x128x16.F32 R88, gdesc[UR12], R88 ;"
+    assert inspect.check("wgmma_b_mn_major", {"sass": nn}).ok
+    bad = inspect.check("wgmma_b_mn_major", {"sass": mixed})
+    assert not bad.ok and "1 of 3 HGMMA read B as K-major" in bad.message
+    assert not inspect.check("wgmma_b_mn_major", {"sass": "/*0010*/ FFMA R1, R2, R3, R4 ;"}).ok
+    # with hardware counters the executed listing replaces "sass"; the rule reads the launched code
+    assert not inspect.check("wgmma_b_mn_major", {"sass": nn, "sass_launched": mixed}).ok
+
+
+@pytest.mark.slow
+def test_a_hopper_kernel_that_reads_b_as_k_major_fails_its_build_part_on_a_cpu(tmp_path):
+    """The trial's finding: a Hopper step 1 with transB left False compiled and passed its build
+    part on a CPU; only a GPU run showed it wrong. The lecture's K-major kernel (84c9765's step 1)
+    now fails the build part, with the reason; the reference passes."""
+    from conftest import grade_with_builders, import_notebook
+    from grader import report
+    old = tmp_path / "old" / "lab4_gemm.ipynb"
+    old.parent.mkdir()
+    old.write_text(transfer_text.old_text("84c9765", "solutions/lab4_gemm/lab4_gemm.ipynb"))
+    k_major = import_notebook(str(old), tmp_path / "k", name="k_major")
+    r = grade_with_builders(LAB, "s1_build_sm90", {"hopper_step1": k_major.hopper_step1})
+    assert r.verdict == report.FAILED and "8 of 8 HGMMA read B as K-major" in r.message, r.message
+    ref = import_notebook(os.path.join(ROOT, "solutions", LAB, "lab4_gemm.ipynb"), tmp_path / "r", name="ref")
+    r = grade_with_builders(LAB, "s1_build_sm90", {"hopper_step1": ref.hopper_step1})
+    assert r.verdict == report.PASSED and "all 8 HGMMA with .tnspB" in r.message, r.message
