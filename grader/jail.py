@@ -31,7 +31,11 @@ limits, command and environment.
    ``CLONE_NEWUSER``, ``setns``; ``clone3``, whose flags a filter cannot read, answers ENOSYS,
    and the C library falls back to ``clone``), resource limits (``RLIMIT_NPROC`` too: since
    Linux 5.14 it counts the processes of the user namespace, so it holds for an ordinary user's
-   jail as for root's), and ``execve`` of the command with exactly the given environment.
+   jail as for root's), and ``execve`` of the command with exactly the given environment. The
+   program runs at the niceness ``nice`` (19: below every process of the grader's, so that under
+   load the host side of a timed call, the GPU harness's, is not kept waiting for a busy jail)
+   and ``RLIMIT_NICE`` 0: it can only lower its priority further (raising it needs
+   ``CAP_SYS_NICE`` in the machine's first user namespace, which no jail has).
 
 Networking: the new network namespace has only a loopback device, down. Everything that fails
 here is reported on standard error and on the status pipe (``status_fd``, closed when the
@@ -57,7 +61,8 @@ SETUP_FAILED = 125
 PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}          # the system call's number
 SCRATCH_FS = "/.scratch"                              # where the scratch tmpfs is made, then detached
 LIMITS = {"cpu_s": resource.RLIMIT_CPU, "file_bytes": resource.RLIMIT_FSIZE, "open_files": resource.RLIMIT_NOFILE,
-          "memory_bytes": resource.RLIMIT_DATA, "processes": resource.RLIMIT_NPROC, "core": resource.RLIMIT_CORE}
+          "memory_bytes": resource.RLIMIT_DATA, "processes": resource.RLIMIT_NPROC, "core": resource.RLIMIT_CORE,
+          "nice_ceiling": resource.RLIMIT_NICE}
 
 libc = ctypes.CDLL(None, use_errno=True)
 
@@ -276,6 +281,8 @@ def install_seccomp():
 
 
 def lock_in(cfg):
+    if cfg.get("nice"):
+        os.setpriority(os.PRIO_PROCESS, 0, cfg["nice"])
     if os.geteuid() == 0:
         os.setgroups([])
         os.setresgid(cfg["gid"], cfg["gid"], cfg["gid"])

@@ -32,7 +32,9 @@ The design, and why it holds:
    ``scratch_bytes`` made by the jail, so the total it writes is bounded and nothing it writes
    reaches the host's disk (``RLIMIT_FSIZE`` bounds one file only; a quota on the host folder
    would need root, and a disk image a loop device). The bytes are memory, charged to the
-   child's memory like any other. The grader never reads a file of the child's: the kernel's
+   child's memory like any other. Priority: the child runs at niceness 19 and cannot raise it,
+   so threads it leaves spinning cannot keep the GPU harness's host side waiting while a call is
+   timed (a timed call whose launch the host delays would count the wait). The grader never reads a file of the child's: the kernel's
    PTX and launch plan come over the socket as a message of bounded size (2. below). Trusted
    tools (ptxas, cuobjdump) still write their named outputs into a host folder, read back with
    size limits (:func:`read_scratch_file`).
@@ -127,6 +129,7 @@ class Limits:
     open_files: int = 1024
     processes: int = 256
     scratch_bytes: int = 1 << 30          # the child's scratch, /tmp and /dev/shm together (memory)
+    nice: int = 19                        # below the grader's processes: a busy jail never delays a timed call
 
 
 # ---------------------------------------------------------------- trusted places
@@ -302,9 +305,11 @@ def jail_config(scratch: str | None, argv: list[str], env: dict, uid: int, limit
     cfg["hide"] += key_covers(cfg["ro"] + cfg["rw"])
     if status_fd is not None:
         cfg["status_fd"] = status_fd
+    cfg["nice"] = lim.nice
     if limits is not None:
         cfg["limits"] = {"cpu_s": limits.cpu_s, "file_bytes": limits.file_bytes, "open_files": limits.open_files,
-                         "memory_bytes": limits.memory_bytes, "processes": limits.processes, "core": 0}
+                         "memory_bytes": limits.memory_bytes, "processes": limits.processes, "core": 0,
+                         "nice_ceiling": 0}
     return cfg
 
 
@@ -490,6 +495,7 @@ class ChildSession:
 
             def preexec() -> None:
                 _preexec()
+                os.setpriority(os.PRIO_PROCESS, 0, lim.nice)
                 import resource
                 for r, v in ((resource.RLIMIT_CPU, lim.cpu_s), (resource.RLIMIT_FSIZE, lim.file_bytes),
                              (resource.RLIMIT_NOFILE, lim.open_files), (resource.RLIMIT_CORE, 0),

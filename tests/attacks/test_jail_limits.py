@@ -381,3 +381,32 @@ def test_the_child_cannot_make_a_user_namespace(tmp_path):
         assert out["unshare"] == 0 and out["unshare -U"] != 0 and out["thread"] == 1, out
     finally:
         s.close()
+
+
+PRIORITY = """
+import os
+def priority():
+    got = {"nice": os.getpriority(os.PRIO_PROCESS, 0)}
+    for target in (0, 10, -5):
+        try:
+            os.setpriority(os.PRIO_PROCESS, 0, target)
+            got[str(target)] = "raised"
+        except OSError as e:
+            got[str(target)] = type(e).__name__
+    got["after"] = os.getpriority(os.PRIO_PROCESS, 0)
+    return got
+"""
+
+
+def test_the_child_runs_below_the_grader_and_cannot_raise_its_priority(tmp_path):
+    """A child's threads left spinning would otherwise compete with the GPU harness while a call
+    is timed (the host's delay before a launch counts in the call's time): the child runs at
+    niceness 19, and no call of its own brings it back up (RLIMIT_NICE 0, no CAP_SYS_NICE)."""
+    s = _start(tmp_path, PRIORITY)
+    try:
+        got = _call(s, "priority")
+    finally:
+        s.close()
+    assert os.getpriority(os.PRIO_PROCESS, 0) < 19
+    assert got == {"nice": 19, "0": "PermissionError", "10": "PermissionError", "-5": "PermissionError",
+                   "after": 19}, got
