@@ -264,15 +264,26 @@ class _TimedTurn:
 
 
 class _TimedGate:
-    """When the timed parts of a lab may run in its pool: once every untimed GPU part has its
-    verdict. If one of those timed out while other parts ran beside it (``regraded``: it is graded
-    again alone after the pool), or its grading failed, they wait until after the pool instead."""
+    """When a timed part of a lab may run in its pool: once every untimed GPU part has its
+    verdict and the kernels built ahead for the part are built (so that it never waits for a
+    build while it holds the GPU). If an untimed GPU part timed out while other parts ran beside
+    it (``regraded``: it is graded again alone after the pool), or its grading failed, the timed
+    parts wait until after the pool instead."""
 
-    def __init__(self, untimed: list[str], regraded: bool) -> None:
+    def __init__(self, untimed: list[str], regraded: bool, ahead: list[_BuildAhead] = ()) -> None:
         self._left = set(untimed)
         self._cond = threading.Condition()
         self._again = False
         self._regraded = regraded
+        self._building: dict[str, int] = {}
+        for job in ahead:
+            self._building[job.part.id] = self._building.get(job.part.id, 0) + 1
+
+    def built(self, part_id: str) -> None:
+        """One kernel built ahead for ``part_id`` is done (built, or failed: the part reports it)."""
+        with self._cond:
+            self._building[part_id] = self._building.get(part_id, 1) - 1
+            self._cond.notify_all()
 
     def done(self, part_id: str, result: report.PartResult | None) -> None:
         with self._cond:
@@ -283,11 +294,11 @@ class _TimedGate:
                 self._again = True
             self._cond.notify_all()
 
-    def wait(self) -> bool:
-        """Block until every untimed GPU part has its verdict; True: time the part now, False:
-        after the pool."""
+    def wait(self, part_id: str = "") -> bool:
+        """Block until every untimed GPU part has its verdict and ``part_id``'s kernels are built;
+        True: time the part now, False: after the pool."""
         with self._cond:
-            self._cond.wait_for(lambda: not self._left)
+            self._cond.wait_for(lambda: not self._left and self._building.get(part_id, 0) <= 0)
             return not self._again or not self._regraded
 
 
@@ -381,7 +392,7 @@ def check_lab(lab: str, submission_path: str | None, seed: int, device: hardware
 
         def grade_part(w: _Worker, part) -> None:
             if isinstance(part, _TimedTurn):
-                if gate.wait():
+                if gate.wait(part.part.id):
                     grade_part(w, part.part)
                 else:
                     deferred.append(part.part)
@@ -391,7 +402,9 @@ def check_lab(lab: str, submission_path: str | None, seed: int, device: hardware
                 with spans.grading(lab, part.part.id if ahead_of else part.id, "build_ahead" if ahead_of else "part"):
                     graded(w, part)
             finally:
-                if not ahead_of:
+                if ahead_of:
+                    gate.built(part.part.id)
+                else:
                     gate.done(part.id, results.get(part.id))
 
         def graded(w: _Worker, part) -> None:
@@ -439,7 +452,7 @@ def check_lab(lab: str, submission_path: str | None, seed: int, device: hardware
         if ahead:
             progress(f"[{lab}] building {len(ahead)} kernels of the GPU parts ahead, in parallel")
         n = max(1, min(workers or default_workers(), len(queue)))
-        gate = _TimedGate([p.id for p in gpu_untimed], regraded=n > 1 and device.present)
+        gate = _TimedGate([p.id for p in gpu_untimed], regraded=n > 1 and device.present, ahead=ahead)
         harnesses = _Harnesses(max(1, min(n, len(gpu_untimed))), prestart=device.present and bool(gpu_untimed or timed),
                                unsafe=unsafe)
         _in_pool(n, queue, new_worker, grade_part)

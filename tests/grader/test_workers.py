@@ -127,3 +127,27 @@ def test_a_timed_part_waits_for_every_untimed_gpu_verdict_and_defers_after_a_han
     crashed = run._TimedGate(["s1_correct"], regraded=True)
     crashed.done("s1_correct", None)                      # its grading raised: the pool re-raises it
     assert crashed.wait() is False
+
+
+def test_a_timed_part_waits_for_its_own_kernels_built_ahead():
+    """Its kernels still being built by other workers when its turn comes: the part waits for
+    them before it takes the GPU, not while it holds it."""
+    import threading
+    import time
+    from grader import spec
+    part = spec.load("lab4_gemm").part("s4_speed")
+    other = spec.load("lab4_gemm").part("s3_speed")
+    ahead = [run._BuildAhead(part, "hopper_step4", (4096, 4096, 4096), {}),
+             run._BuildAhead(part, "hopper_step4", (8192, 8192, 8192), {}),
+             run._BuildAhead(other, "hopper_step3", (4096, 4096, 4096), {})]
+    gate = run._TimedGate([], regraded=True, ahead=ahead)
+    got = []
+    t = threading.Thread(target=lambda: got.append(gate.wait("s4_speed")))
+    t.start()
+    gate.built("s4_speed")
+    gate.built("s3_speed")
+    time.sleep(0.2)
+    assert t.is_alive() and not got                      # one of its two kernels is still building
+    gate.built("s4_speed")
+    t.join(5)
+    assert got == [True]
