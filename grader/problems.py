@@ -350,18 +350,17 @@ TRANSPOSE = Problem(
 
 # ---------------------------------------------------------------- Labs 4 and 5: gemm, gemm_nn
 
-def gemm_reference(ins, scalars, shape, rows=None) -> dict[str, torch.Tensor]:
-    A, B = ins["A"], ins["B"]
-    if rows is not None:
-        A = A.index_select(0, rows)
-    return {"D": A.double() @ B.double().T}
+def _b_operand(B: torch.Tensor, b_is_nk: bool) -> torch.Tensor:
+    """The K x N right-hand side of D = A @ _: B [N, K] transposed (``gemm``), B [K, N] as it is
+    (``gemm_nn``)."""
+    return B.T if b_is_nk else B
 
 
-def gemm_nn_reference(ins, scalars, shape, rows=None) -> dict[str, torch.Tensor]:
-    A, B = ins["A"], ins["B"]
-    if rows is not None:
-        A = A.index_select(0, rows)
-    return {"D": A.double() @ B.double()}
+def _gemm_reference(b_is_nk: bool):
+    def reference(ins, scalars, shape, rows=None) -> dict[str, torch.Tensor]:
+        A = ins["A"] if rows is None else ins["A"].index_select(0, rows)
+        return {"D": A.double() @ _b_operand(ins["B"].double(), b_is_nk)}
+    return reference
 
 
 def gemm_tolerance(shape, ins) -> dict[str, compare.Tolerance]:
@@ -372,16 +371,12 @@ def gemm_work(s) -> Work:
     return Work(bytes=2 * (s.M * s.K + s.N * s.K + s.M * s.N), flops=2 * s.M * s.N * s.K)
 
 
-def _gemm_baseline(ins, scalars, shape) -> Timed:
-    A, B = ins["A"], ins["B"]
-    D = torch.empty(shape.M, shape.N, dtype=torch.float16, device=A.device)
-    return Timed(lambda: torch.matmul(A, B.T, out=D), gemm_work(shape), (D,))
-
-
-def _gemm_nn_baseline(ins, scalars, shape) -> Timed:
-    A, B = ins["A"], ins["B"]
-    D = torch.empty(shape.M, shape.N, dtype=torch.float16, device=A.device)
-    return Timed(lambda: torch.matmul(A, B, out=D), gemm_work(shape), (D,))
+def _gemm_baseline(b_is_nk: bool):
+    def baseline(ins, scalars, shape) -> Timed:
+        A, B = ins["A"], _b_operand(ins["B"], b_is_nk)
+        D = torch.empty(shape.M, shape.N, dtype=torch.float16, device=A.device)
+        return Timed(lambda: torch.matmul(A, B, out=D), gemm_work(shape), (D,))
+    return baseline
 
 
 GEMM = Problem(
@@ -391,12 +386,12 @@ GEMM = Problem(
     inputs=(Operand("A", lambda s: (s.M, s.K)), Operand("B", lambda s: (s.N, s.K))),
     outputs=(Operand("D", lambda s: (s.M, s.N)),),
     call=("A", "B", "D"),
-    reference=gemm_reference,
+    reference=_gemm_reference(b_is_nk=True),
     tolerance=gemm_tolerance,
     work=gemm_work,
     metric="flops",
     baseline_name="torch.matmul",
-    baseline=_gemm_baseline,
+    baseline=_gemm_baseline(b_is_nk=True),
     row_axis={"D": 0},
     row_extent=lambda s: s.M,
 )
@@ -406,8 +401,8 @@ GEMM_NN = dataclasses.replace(
     name="gemm_nn",
     doc="D = A @ B, A [M, K], B [K, N] (N-major), fp16 in, fp32 accumulation, fp16 out; kernel(A, B, D)",
     inputs=(Operand("A", lambda s: (s.M, s.K)), Operand("B", lambda s: (s.K, s.N))),
-    reference=gemm_nn_reference,
-    baseline=_gemm_nn_baseline,
+    reference=_gemm_reference(b_is_nk=False),
+    baseline=_gemm_baseline(b_is_nk=False),
 )
 
 

@@ -82,6 +82,12 @@ def check_the_lecture_says_what_each_step_leaves_to_the_student(root=ROOT):
         assert answer not in flat, answer
 
 
+def _graded_kernels(root=ROOT, folder="solutions"):
+    return {m.group(1): transfer_text.source(c) for c in transfer_text.cells(LAB, folder, root)
+            if c["cell_type"] == "code" and (m := re.match(r"def ((?:hopper|blackwell)_step[1-4])\(",
+                                                            transfer_text.source(c)))}
+
+
 def check_the_notebook_states_the_contract_without_the_code(root=ROOT):
     for folder in ("solutions", "assignments"):
         cells = transfer_text.cells(LAB, folder, root)
@@ -97,10 +103,9 @@ def check_the_notebook_states_the_contract_without_the_code(root=ROOT):
                      "for each of the two m64 halves and each of the four k16 steps", "(BLK_M + BLK_N)",
                      "pair.vload([0], dtype=\"float16x2\")", "m_st = bx · 128"):
             assert code not in flat, code
-        kernels = ["".join(c["source"]) for c in cells if c["cell_type"] == "code"
-                   and re.match(r"def (hopper|blackwell)_step[1-4]\(", "".join(c["source"]))]
+        kernels = _graded_kernels(root, folder)
         assert len(kernels) == 8
-        comments = "\n".join(ln for k in kernels for ln in k.splitlines() if ln.strip().startswith("#"))
+        comments = "\n".join(ln for k in kernels.values() for ln in k.splitlines() if ln.strip().startswith("#"))
         for code in ("2 halves x 4 k16 steps", "m64n128k16", "fence, sync -> one TMA store",
                      "one elected thread issues the MMA and commits it to mma_bar",
                      "accumulate its product, wait, sync", "wait with the right parity"):
@@ -413,12 +418,6 @@ def test_each_given_answer_was_in_the_old_texts(tmp_path):
 
 
 # ---------------------------------------------------------------- the graded problem is not the lecture's
-
-def _graded_kernels(root=ROOT, folder="solutions"):
-    return {m.group(1): transfer_text.source(c) for c in transfer_text.cells(LAB, folder, root)
-            if c["cell_type"] == "code" and (m := re.match(r"def ((?:hopper|blackwell)_step[1-4])\(",
-                                                            transfer_text.source(c)))}
-
 
 def check_the_graded_b_is_n_major_and_the_lecture_b_is_k_major(root=ROOT):
     """The lecture's listings multiply by a K-major B (X W^T, W stored N x K, transB False); the
