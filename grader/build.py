@@ -220,7 +220,24 @@ def _lowered_here(prim_func, arch: str) -> tuple:
     tests), once per kernel and arch: the build parts of several steps, and a notebook's build
     and GPU checks, often ask for the same kernel at the same shape."""
     from . import devcode
-    return by_structure(_LOWERED, prim_func, arch, lambda: in_fresh_thread(devcode.lowered, prim_func, arch))
+    src, plan, ptx = by_structure(_LOWERED, prim_func, arch, lambda: in_fresh_thread(devcode.lowered, prim_func, arch))
+    return src, plan, ptx if isinstance(ptx, str) else ptx.result()
+
+
+def prefetch(prim_funcs, arch: str | None = None) -> None:
+    """Lower each of ``prim_funcs`` for ``arch`` now and start its NVRTC compile in a worker
+    process (toolchain.nvrtc_later), so that a later ``local_kernel`` of the same kernel only
+    waits for the PTX: a check cell's kernels then compile side by side, while this process
+    lowers the next one and runs the ones before. A kernel whose lowering fails is left for
+    ``local_kernel`` to fail on in its turn."""
+    from . import devcode
+    arch = arch or device_arch()
+    for prim_func in prim_funcs:
+        try:
+            by_structure(_LOWERED, prim_func, arch,
+                         lambda f=prim_func: in_fresh_thread(devcode.lowered, f, arch, later=True))
+        except Exception:  # noqa: BLE001 - reported where the kernel is asked for, in its order
+            continue
 
 
 def in_fresh_thread(fn: Callable, *args, **kwargs):

@@ -65,18 +65,20 @@ def lower(func, arch: str):
     return host_mod, device_mods
 
 
-def device_module(device_mods, arch: str):
+def device_module(device_mods, arch: str, compiler=None):
     """The CUDA runtime module of the device code. A TVM built with CUDA compiles the source as
     it makes the module, through the global function ``tvm_callback_cuda_compile`` (to a cubin
     that nothing here uses); while the module is made that function is the course's NVRTC
     (toolchain.nvrtc_ptx), so the module holds the PTX (ptx_of) and the kernel is compiled once.
-    A TVM without CUDA calls no compiler."""
+    A TVM without CUDA calls no compiler. ``compiler(code, arch)`` in place of NVRTC: the text
+    the module keeps as its PTX (``_COMPILED_APART``: none, the PTX is made elsewhere)."""
     import tvm_ffi
     from tvm.tirx.build import codegen_build
     from . import toolchain
     name = "tvm_callback_cuda_compile"
     tvm_default = tvm_ffi.get_global_func(name, allow_missing=True)
-    tvm_ffi.register_global_func(name, lambda code, *rest: toolchain.nvrtc_ptx(code, arch).encode(), override=True)
+    compiler = compiler or toolchain.nvrtc_ptx
+    tvm_ffi.register_global_func(name, lambda code, *rest: compiler(code, arch).encode(), override=True)
     try:
         with toolchain.target(arch):
             mods = [codegen_build(m, t) for t, m in device_mods.items() if len(m.functions)]
@@ -328,15 +330,26 @@ def plan(func, host_mod, device_mods) -> dict:
     return {"version": PLAN_VERSION, "signature": sig, "tensormaps": r.tensormaps, "launches": r.launches}
 
 
-def lowered(func, arch: str) -> tuple[str, dict, str]:
+def lowered(func, arch: str, later: bool = False) -> tuple:
     """(CUDA source, launch plan, PTX) of ``func`` for ``arch``: what the child exports, what a
-    notebook's check cell launches, what a compile-only part of a PrimFunc inspects."""
+    notebook's check cell launches, what a compile-only part of a PrimFunc inspects. With
+    ``later``, the third element is a toolchain.Later whose ``result()`` is the PTX: the source
+    is compiled by a worker process while this one goes on (a check cell's next shapes)."""
     from . import toolchain
     host_mod, device_mods = lower(func, arch)
-    module = device_module(device_mods, arch)
+    module = device_module(device_mods, arch, _compiled_apart if later else None)
     src = module.inspect_source()
     p = plan(func, host_mod, device_mods)
+    if later:
+        return src, p, toolchain.nvrtc_later(src, arch)
     return src, p, ptx_of(module) or toolchain.nvrtc_ptx(src, arch)
+
+
+def _compiled_apart(code: str, arch: str) -> str:
+    """What a TVM with CUDA keeps as the module's PTX when the PTX is made elsewhere: a comment
+    (TVM takes text that starts with '/' for PTX, and loads it only when the module is called,
+    which this module never is)."""
+    return "// compiled apart from this module\n"
 
 
 def export(func, arch: str, out_stem: str) -> dict:

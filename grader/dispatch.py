@@ -58,10 +58,11 @@ def grading_function(lab: str, part) -> Callable[..., Outcome]:
 def grade(lab: str, part_id: str, module, ctx: Context, lower: Callable | None = None) -> Outcome:
     """Grade ``part_id`` of ``lab`` on ``module`` (the submission: a jailed child's proxy, a
     notebook's namespace, a test's stand-in). ``lower``: how a kernel part's kernels are compiled
-    and loaded, when not the grader's way for a submission (the notebook's own kernels)."""
+    and loaded, when not the grader's way for a submission (the notebook's own kernels); its
+    ``prefetch``, if it has one, is given every kernel of a part before the first is lowered."""
     if ctx.part.id != part_id:
         raise ValueError(f"grade({lab!r}, {part_id!r}) given the context of part {ctx.part.id!r}")
     fn = grading_function(lab, ctx.part)
     if lower is not None and fn is runners.kernel_part:
-        return runners.kernel_part(module, ctx, runners.Env(lower=lower))
+        return runners.kernel_part(module, ctx, runners.Env(lower=lower, prefetch=getattr(lower, "prefetch", None)))
     return fn(module, ctx)

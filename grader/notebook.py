@@ -108,7 +108,7 @@ def _run_part(lab: str, part: spec.Part, namespace: dict, device) -> tuple[repor
     try:
         # kernels compiled and loaded as the grader loads them (_KERNELS)
         module = _module(namespace, part, _Cells.current(namespace, lab).broken())
-        return verdict.grade_part(module, ctx, lower=_KERNELS.lower, describe=describe_error), mismatch
+        return verdict.grade_part(module, ctx, lower=_KERNELS, describe=describe_error), mismatch
     except timing.KernelHang as e:
         return ctx.error_result(report.ERROR, f"timed out: {e}: most likely a barrier wait that never completes. "
                                 "The GPU is still running it: restart the notebook's kernel before the next GPU "
@@ -433,6 +433,13 @@ class _Kernels:
         from . import build
         arch = arch or build.device_arch()
         return build.by_structure(self.cache, prim_func, arch, lambda: build.local_kernel(prim_func, arch))
+
+    __call__ = lower
+
+    def prefetch(self, prim_funcs: list, arch: str | None = None) -> None:
+        """Start the compiles of a part's kernels side by side (build.prefetch)."""
+        from . import build
+        build.prefetch(prim_funcs, arch)
 
 
 _KERNELS = _Kernels()

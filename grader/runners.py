@@ -77,6 +77,10 @@ class Env:
     # where the checks of timed calls look (sampled rows and elements): drawn per run from the
     # operating system, so that neither a kernel nor its author can know it
     secret_rng: Callable[[], random.Random] = lambda: random.Random(secrets.randbits(128))
+    # given every kernel a part will ask ``lower`` for, in order, before the first: a notebook
+    # starts their compiles side by side (build.prefetch); the grader's children build ahead
+    # on their own
+    prefetch: Callable[[list], None] | None = None
 
 
 def default_env() -> Env:
@@ -199,6 +203,31 @@ def _run(problem, ex, tensors: dict, scalars: dict, env: Env) -> None:
 
 # ---------------------------------------------------------------- correctness
 
+def _built(module, cases: list, prob: problems.Problem, kw: dict, env: Env):
+    """(builder, index, shape, kernel) of every case (builder, index, shape), the student's
+    builder called on the shape. With ``env.prefetch`` every kernel is built first and handed to
+    it, so that their compiles overlap the runs of the first ones; a builder that raises does so
+    after the cases before it, as when each case is built in its turn."""
+    def make(name, shape):
+        return grading.student(module, name)(*prob.builder_args(shape), **kw)
+    if env.prefetch is None:
+        for name, i, shape in cases:
+            yield name, i, shape, make(name, shape)
+        return
+    made, error = [], None
+    for name, _, shape in cases:
+        try:
+            made.append(make(name, shape))
+        except Exception as e:  # noqa: BLE001 - raised in its turn, below
+            error = e
+            break
+    env.prefetch(made)
+    for case, built in zip(cases, made):
+        yield (*case, built)
+    if error is not None:
+        raise error
+
+
 def correctness(module, ctx: Context, env: Env | None = None) -> Outcome:
     env = env or default_env()
     env.require_gpu(ctx)
@@ -210,21 +239,20 @@ def correctness(module, ctx: Context, env: Env | None = None) -> Outcome:
     told = getattr(ctx, "on_mismatch", None)      # a notebook's check cell draws where an output is wrong
     cases, fails = [], []
     kw = builder_kwargs(p, env.sm_count)
-    for name in names:
-        fn = grading.student(module, name)
-        for i, shape in enumerate(shapes):
-            ex, _ = env.lower(fn(*prob.builder_args(shape), **kw))
-            ins = prob.make_inputs(lab, part, shape, ctx.seed, i, env.device)
-            scalars = prob.draw_scalars(lab, part, ctx.seed, i)
-            given = {k: t.clone() for k, t in ins.items()}
-            outs = prob.make_outputs(shape, env.device)
-            ref, tol = frozen(prob.reference(ins, scalars, shape)), prob.tolerance(shape, ins)
-            _run(prob, ex, {**given, **outs}, scalars, env)
-            label = prob.describe(shape) + _scalar_text(scalars)
-            res = check(prob, outs, ref, tol, label, originals=ins, given=given, on_mismatch=told)
-            cases.append({"builder": name, "shape": list(shape), "ok": res.ok, "max_abs_err": res.max_abs_err})
-            if not res.ok:
-                fails.append(f"{name}: {res.message}")
+    for name, i, shape, built in _built(module, [(n, i, s) for n in names for i, s in enumerate(shapes)],
+                                        prob, kw, env):
+        ex, _ = env.lower(built)
+        ins = prob.make_inputs(lab, part, shape, ctx.seed, i, env.device)
+        scalars = prob.draw_scalars(lab, part, ctx.seed, i)
+        given = {k: t.clone() for k, t in ins.items()}
+        outs = prob.make_outputs(shape, env.device)
+        ref, tol = frozen(prob.reference(ins, scalars, shape)), prob.tolerance(shape, ins)
+        _run(prob, ex, {**given, **outs}, scalars, env)
+        label = prob.describe(shape) + _scalar_text(scalars)
+        res = check(prob, outs, ref, tol, label, originals=ins, given=given, on_mismatch=told)
+        cases.append({"builder": name, "shape": list(shape), "ok": res.ok, "max_abs_err": res.max_abs_err})
+        if not res.ok:
+            fails.append(f"{name}: {res.message}")
     right, total = sum(c["ok"] for c in cases), len(cases)
     what = "shapes" if len(names) == 1 else "(builder, shape) pairs"
     where = f" on {ctx.device.driver_name}" if ctx.device.driver_name else ""
@@ -359,11 +387,11 @@ def speed(module, ctx: Context, env: Env | None = None) -> Outcome:
     others = list(p.get("extra_builders", []))
     # Every kernel is obtained before the first timing: timing stops the submission's processes
     # (grading.end_student_code), so no builder can be called after it.
-    kernels = []
+    kernels = [{} for _ in shapes]
     kw = builder_kwargs(p, env.sm_count)
-    for shape in shapes:
-        args = prob.builder_args(shape)
-        kernels.append({n: env.lower(grading.student(module, n)(*args, **kw))[0] for n in [name] + others})
+    for n, i, _, built in _built(module, [(n, i, s) for i, s in enumerate(shapes) for n in [name] + others],
+                                 prob, kw, env):
+        kernels[i][n] = env.lower(built)[0]
     per_shape, ratios, lines = [], [], []
     for i, shape in enumerate(shapes):
         ex = kernels[i][name]

@@ -425,6 +425,61 @@ def test_correctness_runner_grades_every_builder_of_a_list():
     assert "first failure: build_transpose_swizzled: b (64x64)" in out.message and "first at [0, 63]" in out.message
 
 
+def test_with_a_prefetch_every_kernel_is_built_and_handed_over_before_the_first_is_lowered():
+    """A notebook's check cell starts its kernels' compiles side by side: the runner builds every
+    (builder, shape) first and gives the kernels to ``prefetch``, in the order it then lowers
+    them; without a prefetch each case is built in its turn."""
+    for with_prefetch in (True, False):
+        log = []
+
+        def build(m, n):
+            log.append(("build", m, n))
+            return ("kernel", m, n)
+        env = cpu_env()
+        real_lower = env.lower
+
+        def lower(built):
+            log.append(("lower",) + built[1:])
+            return real_lower(lambda a, b: b.copy_(a.t()))
+        env = dataclasses.replace(env, lower=lower,
+                                  prefetch=(lambda ks: log.append(("prefetch", list(ks)))) if with_prefetch else None)
+        ctx = context("lab3_layout_swizzle", "d_correct", public_only=True)
+        out = runners.correctness(module(build_transpose_plain=build, build_transpose_swizzled=build), ctx, env)
+        assert out.fraction == 1.0, out.message
+        kinds = [e[0] for e in log]
+        if with_prefetch:
+            built = [e for e in log if e[0] == "build"]
+            assert kinds[:len(built) + 1] == ["build"] * len(built) + ["prefetch"] and len(built) == 8
+            handed = log[len(built)][1]
+            lowered = [("kernel",) + e[1:] for e in log if e[0] == "lower"]
+            assert handed == lowered == [("kernel",) + b[1:] for b in built]
+        else:
+            assert "prefetch" not in kinds and kinds[:4] == ["build", "lower", "build", "lower"]
+
+
+def test_with_a_prefetch_a_builder_that_raises_does_so_after_the_cases_before_it():
+    ran = []
+
+    def build(m, n):
+        if (m, n) == (1024, 512):
+            raise ValueError("this shape is not supported")
+        return lambda a, b: ran.append((m, n)) or b.copy_(a.t())
+    env = dataclasses.replace(cpu_env(), prefetch=lambda ks: None)
+    ctx = context("lab3_layout_swizzle", "d_correct", public_only=True)
+    with pytest.raises(ValueError, match="not supported"):
+        runners.correctness(module(build_transpose_plain=build, build_transpose_swizzled=build), ctx, env)
+    assert ran == [(64, 64), (128, 320)]               # the public shapes before (1024, 512) ran
+
+
+def test_a_speed_part_hands_its_kernels_to_the_prefetch_before_it_lowers_them():
+    log = []
+    env = cpu_env([1.0, 1.0], log)
+    env = dataclasses.replace(env, prefetch=lambda ks: log.append(("prefetch", len(ks))))
+    ctx = context("lab1_roofline", "b_speed", params={"shapes": [[65536], [131072]]})
+    out = runners.speed(module(build_scale_add=scale_add_kernel), ctx, env)
+    assert out.fraction > 0 and log[0] == ("prefetch", 2) and log.count("lower") == 2, log
+
+
 @pytest.mark.parametrize("device, builders, picked", [
     (FAKE_H200, None, "hopper_step2"), (FAKE_B200, None, "blackwell_step2"),
     (FAKE_B200, {"hopper": "hopper_step2", "blackwell": "blackwell_step2"}, "blackwell_step2")])

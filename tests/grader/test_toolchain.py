@@ -86,3 +86,41 @@ def test_the_grading_processes_keep_no_headers():
     code = "import grader.notebook; from grader import toolchain; print(toolchain._PCH['on'])"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.stdout.strip() == "True", out.stderr[-2000:]             # the control: a notebook's kernel
+
+
+@pytest.mark.slow
+def test_kernels_prefetched_compile_in_worker_processes_to_the_same_ptx(root, tmp_path, monkeypatch):
+    """A check cell hands its kernels to build.prefetch: their NVRTC compiles run in worker
+    processes, and the PTX a kernel is then built from is the one NVRTC makes here."""
+    from conftest import import_notebook
+
+    from grader import build
+    lab1 = import_notebook(os.path.join(root, "solutions", "lab1_roofline", "lab1_roofline.ipynb"), tmp_path,
+                           "lab1_for_workers")
+    kernels = [lab1.build_scale_add(n) for n in (1 << 16, 1 << 17, 3 << 16)]
+    want = [devcode.lowered(k, "sm_90a")[2] for k in kernels]
+    monkeypatch.setenv("GRADER_NVRTC_WORKERS", "2")
+    monkeypatch.setattr(build, "_LOWERED", {})
+    real = toolchain.nvrtc_ptx
+    here = []
+    monkeypatch.setattr(toolchain, "nvrtc_ptx", lambda *a, **k: here.append(a) or real(*a, **k))
+    build.prefetch(kernels, "sm_90a")
+    assert toolchain._POOL["pool"] is not None and len(build._LOWERED) == 3
+    got = [build.compile_only(k, "sm_90a").ptx for k in kernels]
+    assert got == want and here == []                  # none compiled in this process
+
+    # a worker that dies takes the pool down, not the kernel: it is compiled here instead
+    src = devcode.lowered(kernels[0], "sm_90a", later=True)[0]
+    for proc in list(toolchain._POOL["pool"]._processes.values()):
+        proc.kill()
+    later = toolchain.nvrtc_later(src, "sm_90a")
+    assert later.result() == want[0] and len(here) == 1
+    assert toolchain.nvrtc_later(src, "sm_90a").result() == want[0]      # a fresh pool
+
+
+def test_without_workers_a_later_compile_is_made_when_asked(monkeypatch):
+    monkeypatch.setenv("GRADER_NVRTC_WORKERS", "0")
+    calls = []
+    monkeypatch.setattr(toolchain, "nvrtc_ptx", lambda src, arch: calls.append(arch) or f"// {src}")
+    later = toolchain.nvrtc_later("int x;", "sm_90a")
+    assert calls == [] and later.result() == "// int x;" and calls == ["sm_90a"]
