@@ -315,3 +315,22 @@ GIVEN_GIVEAWAYS = ("a 32 KB K block and a 32 KB V block", "and stages O at the e
 
 def test_the_given_code_answers_nothing():
     transfer_text.check_given_code_says_none_of(LAB, GIVEN_GIVEAWAYS, GIVEN_OLD)
+
+
+# ---- The V descriptor: Lab 4's graded MN-major fields, no longer given here -----------------------
+V_FIELDS_OLD = "031c3ee"     # the last commit whose given code held V's descriptor fields
+V_FIELDS_GIVEAWAYS = ("VMAJOR_LBO, VMAJOR_SBO = 1024, 64", "16 KB apart (LBO)", "LBO = the 16 KB between")
+
+
+def test_the_v_descriptor_is_the_students_lab_4_answer():
+    """Lab 4 grades wgmma_desc_fields_mn on hidden cases; Lab 6's given code gave its value for
+    the V tile and what LBO spans, and the student edition ships every lab at once. Now each Hopper
+    builder asks the student's carried-over function, inside its own solution region, and the
+    lecture asks the question."""
+    transfer_text.check_given_code_says_none_of(LAB, V_FIELDS_GIVEAWAYS, V_FIELDS_OLD)
+    student = transfer_text.cells(LAB, "assignments")
+    carried = next(transfer_text.source(c) for c in student if "def wgmma_desc_fields_mn(" in transfer_text.source(c))
+    assert "todo(" in carried and "// 16" not in carried
+    text = transfer_text.visible(transfer_text.cells(LAB, "solutions"))
+    assert "wgmma_desc_fields_mn(128, BLK_N)" not in text and "v_lbo, v_sbo" in text
+    assert "what are the LBO and SBO of its descriptor" in transfer_text.flat(transfer_text.lecture(LAB))
