@@ -66,3 +66,43 @@ def test_close_scalar():
     assert not compare.close_scalar(1.1, 1.0, rel=1e-6)
     assert not compare.close_scalar(float("nan"), 1.0)
     assert not compare.close_scalar("x", 1.0)
+
+
+def test_a_comparison_in_chunks_says_what_one_pass_says(monkeypatch):
+    """compare() works CHUNK elements at a time (on the output's device): the count, the first
+    wrong elements, the worst one (NaN/Inf first, then the first of equal errors) and the errors
+    are those of one pass over the whole tensor."""
+    g = torch.Generator().manual_seed(3)
+    ref = torch.randn(40, 25, generator=g, dtype=torch.float64)
+    out = ref.to(torch.float16)
+    out[3, 4] += 1.0
+    out[17, 0] += 4.0
+    out[17, 1] -= 4.0                        # the same error as [17, 0]: the first is the worst
+    out[30, 20] = float("inf")
+    out[39, 24] = float("nan")
+    tol = compare.tolerance(torch.float16)
+    one = compare.compare(out, ref, tol, name="D")
+    for chunk in (7, 64, 333):
+        monkeypatch.setattr(compare, "CHUNK", chunk)
+        again = compare.compare(out, ref, tol, name="D")
+        assert again == one, (chunk, again.message, one.message)
+    assert not one.ok and one.mismatches == 5 and "2 are NaN/Inf mismatches" in one.message
+    assert "first at [3, 4]" in one.message and "worst at [30, 20]" in one.message
+    out[30, 20], out[39, 24] = ref[30, 20], ref[39, 24]
+    monkeypatch.setattr(compare, "CHUNK", 7)
+    assert "worst at [17, 0]" in compare.compare(out, ref, tol, name="D").message
+
+
+@pytest.mark.gpu
+def test_on_the_gpu_a_comparison_says_what_the_host_says():
+    if not torch.cuda.is_available():
+        pytest.skip("no GPU")
+    g = torch.Generator().manual_seed(5)
+    ref = torch.randn(3000, 1000, generator=g, dtype=torch.float64)
+    out = ref.to(torch.float16)
+    out[5, 7], out[2999, 999], out[1500, 0] = 3.0, float("nan"), float("-inf")
+    tol = compare.tolerance(torch.float16, 64)
+    host = compare.compare(out, ref, tol, name="O")
+    gpu = compare.compare(out.cuda(), ref, tol, name="O")
+    assert gpu == host and not host.ok
+    assert compare.compare(ref.to(torch.float16).cuda(), ref, tol) == compare.compare(ref.to(torch.float16), ref, tol)
