@@ -104,6 +104,13 @@ def assembled(ptx: str, arch: str) -> tuple[bytes, str]:
 _ASSEMBLED: dict[tuple, tuple[bytes, str]] = {}
 
 
+def reassembled(ptx: str, arch: str) -> tuple[bytes, str]:
+    """:func:`assembled` made anew (ptxas run again), in place of the one kept."""
+    import hashlib
+    _ASSEMBLED.pop((hashlib.sha256(ptx.encode()).hexdigest(), arch), None)
+    return assembled(ptx, arch)
+
+
 def with_cubin(reply: dict, arch: str) -> dict:
     """An export's reply with the grader's own cubin of its PTX (assembled: kept per process,
     so a kernel built ahead is assembled once, before any part takes the GPU's lock) for the
@@ -182,7 +189,7 @@ def compile_only(kernel, arch: str, want_sass: bool = False, own_ptx: bool = Fal
         art.cubin, art.ptxas_log = assembled(code["ptx"], arch)
         if want_sass:
             from . import launch
-            art.sass = launch.disassemble(art.cubin)
+            art.sass = checked_sass(art, launch.disassemble, lambda: reassembled(code["ptx"], arch))
         return art
     try:
         src, plan, ptx = _lowered_here(kernel, arch)
@@ -194,8 +201,37 @@ def compile_only(kernel, arch: str, want_sass: bool = False, own_ptx: bool = Fal
     art = Artifacts(arch, src, ptx, plan=plan)
     art.cubin, art.ptxas_log = assemble(ptx, arch, src, target(arch))
     if want_sass:
-        art.sass = disassemble(art.cubin)
+        art.sass = checked_sass(art, disassemble, lambda: assemble(ptx, arch, src, target(arch)))
     return art
+
+
+SASS_ATTEMPTS = 3
+
+
+def checked_sass(art: Artifacts, disassemble_: Callable[[bytes], str],
+                 reassemble: Callable[[], tuple[bytes, str]]) -> str:
+    """cuobjdump's listing of ``art.cubin``, held against the PTX it was assembled from
+    (inspect.sass_gap: a launched entry without its section, a wgmma or tcgen05 MMA of the
+    launched PTX with no tensor-core instruction in the listing). A listing with such a gap is
+    not taken at its word: the PTX is assembled and disassembled again, up to ``SASS_ATTEMPTS``
+    times in all, and the first listing without a gap is the one the checks read. A gap that
+    every attempt shows is the kernel's own (ptxas removed code it could prove dead) and is
+    graded as it is. Each gap is said on stderr, for the grading log."""
+    import sys
+    from . import inspect
+    sass = ""
+    for attempt in range(1, SASS_ATTEMPTS + 1):
+        sass = disassemble_(art.cubin)
+        if not sass and tool("cuobjdump") is None:
+            return ""                  # no disassembler here: the callers say so
+        gap = inspect.sass_gap(art.plan, art.ptx, sass)
+        if gap is None:
+            return sass
+        print(f"grader: the SASS listing of a {art.arch} kernel (attempt {attempt} of {SASS_ATTEMPTS}, "
+              f"{len(sass)} characters) does not match its PTX: {gap}", file=sys.stderr, flush=True)
+        if attempt < SASS_ATTEMPTS:
+            art.cubin, art.ptxas_log = reassemble()
+    return sass
 
 
 _COMPILED: dict[tuple, Artifacts] = {}
@@ -299,7 +335,7 @@ def _compile_source(src: str, arch: str, want_sass: bool) -> Artifacts:
     art = Artifacts(arch, src, ptx_text)
     art.cubin, art.ptxas_log = assemble(ptx_text, arch, src, tgt)
     if want_sass:
-        art.sass = disassemble(art.cubin)
+        art.sass = checked_sass(art, disassemble, lambda: assemble(ptx_text, arch, src, tgt))
     return art
 
 

@@ -160,6 +160,30 @@ def launched_functions(plan: dict | None, ptx: str, sass: str = "") -> list[str]
     return seen
 
 
+_TENSOR_CORE_PAIRS = ((re.compile(r"\bwgmma\.mma_async"), re.compile(r"\bHGMMA\b"), "wgmma.mma_async", "HGMMA"),
+                      (re.compile(r"\btcgen05\.mma\b"), re.compile(r"\bUTC\w*MMA\b"), "tcgen05.mma", "UTC*MMA"))
+
+
+def sass_gap(plan: dict | None, ptx: str, sass: str) -> str | None:
+    """Why cuobjdump's listing ``sass`` cannot be the whole of the code assembled from ``ptx``,
+    or None: an empty listing, an entry the plan launches (defined in the PTX) with no section,
+    or a tensor-core MMA in the launched PTX with none in the launched SASS. A check reading such
+    a listing would judge a kernel by code it does not have (build.checked_sass)."""
+    if not sass.strip():
+        return "the listing is empty"
+    funcs, sections = ptx_functions(ptx), sass_functions(sass)
+    names = launched_functions(plan, ptx, sass)
+    missing = [n for n in names if n in funcs and funcs[n][0] == "entry" and n not in sections]
+    if missing:
+        return f"no section for the launched entry {missing[0]}"
+    ptx_text = "".join(funcs[n][1] for n in names if n in funcs)
+    sass_text = "".join(sections.get(n, "") for n in names)
+    for in_ptx, in_sass, ptx_name, sass_name in _TENSOR_CORE_PAIRS:
+        if in_ptx.search(ptx_text) and not in_sass.search(sass_text):
+            return f"the launched PTX has {ptx_name}, the launched SASS no {sass_name}"
+    return None
+
+
 def launched_texts(art) -> dict:
     """The listings the mechanism checks read for a compiled kernel ``art`` (build.Artifacts):
     ``sass``, the cuobjdump sections of the launched functions (``launched_functions``);

@@ -233,3 +233,49 @@ def test_every_descriptor_must_be_swizzled(a, b, ok):
     if a == 0:
         assert "SWIZZLE_NONE" in r.message and "SWIZZLE_128B_ATOM" in r.message
     assert not inspect.check("mma_smem_swizzled", {"cuda": "int main() {}"}).ok
+
+
+WGMMA_PTX = """
+.visible .entry k(.param .u64 p)
+{
+    wgmma.fence.sync.aligned;
+    wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%f1}, %rd1, %rd2, 1, 1, 1, 0, 1;
+    ret;
+}
+"""
+WGMMA_SASS = """
+\t\tFunction : k
+\t.headerflags\t@"EF_CUDA_SM90"
+        /*0000*/                   HGMMA.64x128x16.F32 R88, gdesc[UR4].tnspB, RZ, !UPT ;
+        /*0010*/                   EXIT ;
+\t\t..........
+"""
+
+
+def test_a_listing_is_held_against_the_ptx_it_was_assembled_from():
+    plan = {"launches": [{"name": "k"}]}
+    assert inspect.sass_gap(plan, WGMMA_PTX, WGMMA_SASS) is None
+    assert inspect.sass_gap(plan, WGMMA_PTX, "") == "the listing is empty"
+    header_only = WGMMA_SASS.split("\t.headerflags")[0].replace("Function : k", "")
+    assert "no section for the launched entry k" in inspect.sass_gap(plan, WGMMA_PTX, header_only + "\ncode for sm_90a\n")
+    cut = WGMMA_SASS.split("        /*0000*/")[0]           # the section's head, its instructions lost
+    assert inspect.sass_gap(plan, WGMMA_PTX, cut) == "the launched PTX has wgmma.mma_async, the launched SASS no HGMMA"
+    # a kernel without tensor-core MMAs needs none in its listing
+    assert inspect.sass_gap(plan, WGMMA_PTX.replace("wgmma.mma_async", "mov.u32"), cut) is None
+
+
+def test_a_listing_with_a_gap_is_made_again_and_a_gap_every_attempt_shows_is_the_kernels():
+    from grader import build
+    art = build.Artifacts("sm_90a", "", WGMMA_PTX, cubin=b"first", plan={"launches": [{"name": "k"}]})
+    cut = WGMMA_SASS.split("        /*0000*/")[0]
+    listings, assembled = [cut, WGMMA_SASS], []
+
+    def reassemble():
+        assembled.append(1)
+        return b"second", "log"
+    assert build.checked_sass(art, lambda cubin: listings.pop(0), reassemble) == WGMMA_SASS
+    assert assembled == [1] and art.cubin == b"second"
+    # the same gap every time: graded as it is, after SASS_ATTEMPTS listings
+    calls = []
+    assert build.checked_sass(art, lambda cubin: calls.append(cubin) or cut, lambda: (b"again", "")) == cut
+    assert len(calls) == build.SASS_ATTEMPTS
