@@ -397,3 +397,22 @@ GIVEN_GIVEAWAYS = ("of consumer warpgroup c: CONSUMER_BAR + c",)
 
 def test_the_given_code_answers_nothing():
     transfer_text.check_given_code_says_none_of(LAB, GIVEN_GIVEAWAYS, GIVEN_OLD)
+
+
+# ---- The A and B descriptors: Lab 4's graded K-major fields, no longer given here ----------------
+DESC_FIELDS_OLD = "f965d65"     # the last commit whose given code held the descriptors' fields
+DESC_FIELDS_GIVEAWAYS = ("DESC_LBO, DESC_SBO, DESC_SWIZZLE = 1, 64, 3",)
+
+
+def test_the_descriptor_fields_are_the_students_lab_4_answer():
+    """Lab 4 grades wgmma_desc_fields on hidden cases; Lab 5's given code gave its value for the
+    128-byte K-major tiles, and the student edition ships every lab at once. Now each Hopper builder
+    asks the student's carried-over function, inside its own solution region."""
+    transfer_text.check_given_code_says_none_of(LAB, DESC_FIELDS_GIVEAWAYS, DESC_FIELDS_OLD)
+    student = transfer_text.cells(LAB, "assignments")
+    carried = next(transfer_text.source(c) for c in student if "def wgmma_desc_fields(" in transfer_text.source(c))
+    assert "todo(" in carried and "// 16" not in carried
+    visible = transfer_text.visible(transfer_text.cells(LAB, "solutions"))
+    assert "wgmma_desc_fields(128)" not in visible and "lbo, sbo, swizzle)" in visible
+    solutions = transfer_text.notebook_text(transfer_text.cells(LAB, "solutions"))
+    assert solutions.count("= wgmma_desc_fields(128)") == 5          # one per Hopper builder, steps 5-9
