@@ -107,7 +107,7 @@ def grade_calls(calls: list[Call], noun: str = "cases", per_function: bool = Fal
                      f"{c.label()}: got {_shown(got)}, expected {_shown(c.expected)}" + (f" ({kind})" if kind else ""))
     counts = (" (" + ", ".join(f"{k} {a}/{b}" for k, (a, b) in per_fn.items()) + ")"
               if per_function and len(per_fn) > 1 else "")
-    out = cases_outcome(len(calls), wrong, noun, counts)
+    out = cases_outcome(len(calls), wrong, noun, counts, hidden=sum(c.hidden for c in calls))
     if public_wrong and not shows_answers:
         out.message += "; " + NOT_SHOWN.format(lab=ctx.lab.lab if ctx is not None else "LAB")
     return out
@@ -149,12 +149,14 @@ def public_len(case_fn: Callable[[Context], list], ctx: Context) -> int:
     return len(case_fn(dataclasses.replace(ctx, public_only=True)))
 
 
-def cases_outcome(n: int, wrong: list[str], noun: str = "cases", counts: str = "") -> Outcome:
-    """n cases, of which those described in ``wrong`` were answered wrong: the share right, and
-    a message naming the first wrong one (a public one when there is one)."""
+def cases_outcome(n: int, wrong: list[str], noun: str = "cases", counts: str = "", hidden: int = 0) -> Outcome:
+    """n cases, ``hidden`` of them hidden, of which those described in ``wrong`` were answered
+    wrong: the share right, and a message naming the first wrong one (a public one when there is
+    one). With hidden cases the message says how many were public: a check cell runs only those."""
     wrong = sorted(wrong, key=lambda w: w.startswith(HIDDEN_CASE))
     ok = n - len(wrong)
-    msg = f"{ok}/{n} {noun} right{counts}"
+    split = f" [{n - hidden} public, {hidden} hidden]" if hidden else ""
+    msg = f"{ok}/{n} {noun} right{split}{counts}"
     if wrong:
         msg += "; first wrong: " + wrong[0] + (f" (and {len(wrong) - 1} more)" if len(wrong) > 1 else "")
     return Outcome(ok / n if n else 1.0, msg, {"cases": n, "right": ok})

@@ -224,6 +224,10 @@ def _ring(m: Mechanism, texts: dict[str, str]) -> CheckResult:
     ok = ring.stages >= m.min_count and ring.barriers >= need_bars
     where = f"{ring.stages} stage(s): TMA loads complete on {ring.stages} mbarrier(s)" + (
         f" ({', '.join(ring.names)})" if ring.names else "")
+    if ring.indexed:      # an upper bound: a barrier array indexed at run time, its index's range not followed
+        where = (f"up to {ring.stages} stage(s): TMA loads complete on a barrier indexed at run time "
+                 f"({'; '.join(ring.indexed)}), counted as every initialised mbarrier that index can reach"
+                 + (f" ({', '.join(ring.names)})" if ring.names else ""))
     if need_bars:
         where += f"; {ring.barriers} mbarriers initialised"
     need = []

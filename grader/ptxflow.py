@@ -271,6 +271,7 @@ class Ring:
     barriers: int          # distinct mbarriers initialised
     names: list            # the stages' barriers, as shared variable + byte offset
     unresolved: int        # barrier operands whose address could not be followed
+    indexed: list = dataclasses.field(default_factory=list)   # operands indexed at run time ("pool+8k")
 
 
 def _name(addr) -> str:
@@ -290,6 +291,8 @@ def ring_stages(ptx: str) -> Ring:
     empty slots and of the accumulator are not stages. A barrier address is followed through the
     PTX's integer arithmetic to a shared variable plus a byte offset; one indexed at run time
     (``bar[stage]``) reaches the initialised barriers of its array (its offset modulo its stride).
+    With such an operand the count is an upper bound (the index's range is not followed), and
+    ``indexed`` names the operand.
     A known limit: loads of one buffer split over several barriers (A on one, B on another)
     count as that many stages."""
     if _LISTING_HEADER.search(ptx):              # a launched_texts listing: split at its headers
@@ -313,7 +316,7 @@ def ring_stages(ptx: str) -> Ring:
                 armed.append(_address(bar[0], ev) if bar else None)
     exact_inits = {(a[0], a[1]) for a in inits if a is not None and a[2] == 0}
     barriers = len(exact_inits) + sum(1 for a in inits if a is None or a[2])
-    reached, unresolved = set(), 0
+    reached, unresolved, indexed = set(), 0, []
     for a in loads or armed:
         if a is None:
             unresolved += 1
@@ -323,8 +326,11 @@ def ring_stages(ptx: str) -> Ring:
             hits = {b for b in exact_inits if b[0] == a[0] and (b[1] - a[1]) % a[2] == 0}
             unresolved += not hits
             reached |= hits
+            where = _name(a)
+            if hits and where not in indexed:
+                indexed.append(where)
     names = [_name((s, c, 0)) for s, c in sorted(reached, key=lambda b: (b[0] or "", b[1]))]
-    return Ring(len(reached), barriers, names, unresolved)
+    return Ring(len(reached), barriers, names, unresolved, indexed)
 
 
 # ---------------------------------------------------------------- the code, function by function

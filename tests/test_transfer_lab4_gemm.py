@@ -2,6 +2,7 @@
 K = 32 and the 64-byte swizzle: a ReLU epilogue on Blackwell, an unplaced register dump on Hopper),
 says what each graded step leaves to the student, and the notebook states the contract of the
 graded kernels without spelling out their code."""
+import json
 import os
 import re
 
@@ -505,3 +506,30 @@ def test_a_hopper_kernel_that_reads_b_as_k_major_fails_its_build_part_on_a_cpu(t
     ref = import_notebook(os.path.join(ROOT, "solutions", LAB, "lab4_gemm.ipynb"), tmp_path / "r", name="ref")
     r = grade_with_builders(LAB, "s1_build_sm90", {"hopper_step1": ref.hopper_step1})
     assert r.verdict == report.PASSED and "all 8 HGMMA with .tnspB" in r.message, r.message
+
+
+# ---- The accumulator fragment: taught on mma.sync's 16 x 8 piece, wgmma's arrangement is part a ----
+FRAGMENT_OLD = "58df381"      # the last commit whose lecture and notebook stated the m64nN mapping
+FRAGMENT_GIVEAWAYS = {
+    "lecture": ("Warp $w$ holds rows $16w$ to $16w + 15$", "column block by column block, upper block first",
+                "The pattern repeats every 8 columns with register numbers increased by 4"),
+    "notebook": ("warp `w` owns the 16 rows `16w … 16w + 15`", "column block by column block: for"),
+}
+
+
+def test_the_fragment_is_taught_on_mma_sync_and_wgmma_s_arrangement_is_part_a():
+    """Part a's wgmma_acc_coord was the lecture's and the notebook's three sentences in code. Now
+    both teach the 16 x 8 accumulator of mma.sync m16n8k16 and leave the arrangement of those
+    pieces over four warps and N/8 column blocks to the student (the PTX ISA draws it)."""
+    lecture_path = f"lectures/{LAB}/index.md"
+    notebook_path = f"solutions/{LAB}/lab4_gemm.ipynb"
+    texts = {"lecture": transfer_text.flat(transfer_text.lecture(LAB)),
+             "notebook": transfer_text.visible(transfer_text.cells(LAB, "solutions"))}
+    old = {"lecture": transfer_text.flat(transfer_text.old_text(FRAGMENT_OLD, lecture_path)),
+           "notebook": transfer_text.notebook_text(json.loads(transfer_text.old_text(FRAGMENT_OLD, notebook_path))["cells"])}
+    for where, giveaways in FRAGMENT_GIVEAWAYS.items():
+        assert not [g for g in giveaways if g in texts[where]], (where, [g for g in giveaways if g in texts[where]])
+        assert all(g in old[where] for g in giveaways), (where, [g for g in giveaways if g not in old[where]])
+        assert "m16n8k16" in texts[where], where
+    student = transfer_text.visible(transfer_text.cells(LAB, "assignments"))
+    assert "16 * warp" not in student and "def wgmma_acc_coord(" in student

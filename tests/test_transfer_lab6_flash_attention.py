@@ -351,3 +351,19 @@ def test_the_q_and_k_descriptors_are_the_students_lab_4_answer():
     assert "wgmma_desc_fields(128)" not in visible and "QK_LBO" not in visible
     solutions = transfer_text.notebook_text(transfer_text.cells(LAB, "solutions"))
     assert solutions.count("= wgmma_desc_fields(128)") == 4          # one per Hopper builder, steps 2-5
+
+
+V_FLAG_OLD = "58df381"       # the last commit whose given issue_pv set B's transpose flag and called V MN-major
+V_FLAG_GIVEAWAYS = ("transA=False, transB=True, scaleA=1.0, scaleB=1.0, scaleD=True", "from shared memory, an MN-major")
+
+
+def test_v_majorness_and_its_wgmma_flag_are_the_students():
+    """The lecture asks whether V is K-major or MN-major for O += P V and which wgmma flag says so;
+    the given issue_pv answered both. Now it takes the flag, and each Hopper builder's own region
+    passes it."""
+    transfer_text.check_given_code_says_none_of(LAB, V_FLAG_GIVEAWAYS, V_FLAG_OLD)
+    visible = transfer_text.visible(transfer_text.cells(LAB, "solutions"))
+    assert "transB=v_trans" in visible and "V_TRANS" not in visible
+    solutions = transfer_text.notebook_text(transfer_text.cells(LAB, "solutions"))
+    assert solutions.count(", V_LBO, V_SBO, SWIZZLE, V_TRANS)") == 4    # one per Hopper builder, steps 2-5
+    assert "which flag of the `wgmma` says so" in transfer_text.flat(transfer_text.lecture(LAB))

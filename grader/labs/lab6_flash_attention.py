@@ -341,7 +341,7 @@ def grade_softmax(module, ctx: Context) -> Outcome:
                        f"{'causal' if causal else 'non-causal'}, block_n={block_n}, threshold {threshold:g}): {why}")
         if not ok:
             wrong.append(why if c < n_public else grading.hidden_case(c - n_public))
-    return grading.cases_outcome(len(cases), wrong)
+    return grading.cases_outcome(len(cases), wrong, hidden=len(cases) - n_public)
 
 
 # ---------------------------------------------------------------- parts b to d: tables of calls

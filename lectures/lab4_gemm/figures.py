@@ -102,39 +102,25 @@ def fig_grid(path):
 
 
 def fig_fragment(path):
-    """The fp32 accumulator of wgmma m64nN: who holds what, for the first 16 columns."""
-    rows, cols = 64, 16
-    owner = {}
-    for t in range(128):
-        for r in range(cols // 2):
-            owner[ref_acc_coord(t, r)] = (t, r)
-    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(11, 6.2), dpi=120, gridspec_kw={"width_ratios": [1.0, 1.25]})
-    for (row, col), (t, r) in owner.items():
-        _box(ax, col, rows - 1 - row, 1, 1, WARP_COLORS[t // 32], lw=0.2)
-    for w in range(4):
-        ax.text(cols + 0.4, rows - 16 * w - 8, f"warp {w}\nrows {16 * w}–{16 * w + 15}", va="center", fontsize=8)
-    ax.set_xlim(0, cols + 5)
-    ax.set_ylim(0, rows)
+    """The fp32 accumulator of mma.sync m16n8k16: one warp's 16 x 8 tile, lane and register per
+    element. It is warp 0's first column block of the wgmma fragment, drawn from the grader's
+    mapping restricted to that piece (the wgmma arrangement of the pieces is part a's question)."""
+    fig, ax = plt.subplots(figsize=(6.2, 7.4), dpi=120)
+    for lane in range(32):
+        for r in range(4):
+            row, col = ref_acc_coord(lane, r)
+            _box(ax, col, 15 - row, 1, 1, WARP_COLORS[0] if r < 2 else "#c6dcf3", lw=0.3,
+                 label=f"T{lane}\nr{r}", fs=6.5)
+    ax.plot([0, 8], [8, 8], color="black", linewidth=1.6)
+    ax.set_xlim(0, 8)
+    ax.set_ylim(0, 16)
     ax.set_aspect("equal")
-    ax.axis("off")
-    ax.set_title("64 × 16 corner of the m64nN accumulator,\ncoloured by warp", fontsize=10)
-    # zoom on warp 0's 16 x 16 corner, each cell labelled thread:register
-    for (row, col), (t, r) in owner.items():
-        if row < 16:
-            _box(ax2, col, 15 - row, 1, 1, WARP_COLORS[0] if (t % 4) % 2 == 0 else "#c6dcf3", lw=0.3,
-                 label=f"T{t}\nr{r}", fs=5.2)
-    for c in (8,):
-        ax2.plot([c, c], [0, 16], color="black", linewidth=1.6)
-    ax2.plot([0, 16], [8, 8], color="black", linewidth=1.6)
-    ax2.set_xlim(0, 16)
-    ax2.set_ylim(0, 16)
-    ax2.set_aspect("equal")
-    ax2.set_xticks([x + 0.5 for x in range(16)], [str(x) for x in range(16)], fontsize=6)
-    ax2.set_yticks([y + 0.5 for y in range(16)], [str(15 - y) for y in range(16)], fontsize=6)
-    ax2.set_xlabel("column", fontsize=8)
-    ax2.set_ylabel("row", fontsize=8)
-    ax2.set_title("rows 0–15, columns 0–15: thread T, register r\n(8 × 8 blocks; registers 2j, 2j+1 are adjacent)",
-                  fontsize=10)
+    ax.set_xticks([x + 0.5 for x in range(8)], [str(x) for x in range(8)], fontsize=7)
+    ax.set_yticks([y + 0.5 for y in range(16)], [str(15 - y) for y in range(16)], fontsize=7)
+    ax.set_xlabel("column", fontsize=8)
+    ax.set_ylabel("row", fontsize=8)
+    ax.set_title("mma.sync m16n8k16, fp32 accumulator:\nlane T, register r (r0, r1 above row 8; r2, r3 below)",
+                 fontsize=10)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)

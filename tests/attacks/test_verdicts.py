@@ -110,7 +110,7 @@ def test_hidden_inputs_recorded_in_one_part_are_not_shown_by_another_parts_publi
     res = {r.part: r for r in results}
     # the leaks happened (a_flops was graded first): a_bytes answered its first public case with
     # what it recorded, a_predict raised on its first one
-    assert res["a_bytes"].message.startswith("0/30 cases right; first wrong: op_bytes(op={'kind': 'elementwise'"), \
+    assert res["a_bytes"].message.startswith("0/30 cases right [6 public, 24 hidden]; first wrong: op_bytes(op={'kind': 'elementwise'"), \
         res["a_bytes"].message
     assert res["a_predict"].verdict == report.ERROR and "ValueError" in res["a_predict"].message, \
         res["a_predict"].message

@@ -126,6 +126,18 @@ def test_ring_stages_are_the_barriers_tma_loads_complete_on(loads, stages):
     assert inspect.check("mbarrier_ring", {"ptx": ring_ptx(loads)}).ok == (stages >= 2)
 
 
+def test_a_barrier_indexed_at_run_time_counts_every_barrier_it_can_reach_and_says_so():
+    """bar[stage] with a run-time stage: the count is an upper bound (every initialised barrier the
+    index can reach), and the message says so, where loads on constant addresses are counted exactly."""
+    ptx = ring_ptx("%r11")
+    r = ptxflow.ring_stages(ptx)
+    assert (r.stages, r.names, r.indexed) == (3, ["pool+8", "pool+16", "pool+24"], ["pool+8k"]), r
+    msg = inspect.check("mbarrier_ring", {"ptx": ptx}).message
+    assert "up to 3 stage(s)" in msg and "indexed at run time (pool+8k)" in msg, msg
+    exact = inspect.check("mbarrier_ring", {"ptx": ring_ptx("%r2,%r3")}).message
+    assert "run time" not in exact and "found (2 stage(s)" in exact, exact
+
+
 def test_a_two_stage_ring_with_one_mma_barrier_passes_and_one_buffer_fails():
     """The book's step 5: a full barrier per stage, one barrier for the MMA, no empty barrier."""
     two = ring_ptx("%r2").replace(

@@ -129,3 +129,13 @@ def test_report_folders_that_do_not_exist_yet_are_made(tmp_path):
                           cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert report.load_json(str(out))["points"] == 2 and gs.exists()
+
+
+def test_a_cases_message_says_how_many_were_public_when_hidden_ones_were_graded():
+    """A check cell runs the public cases only and the grader adds the hidden ones: the grader's
+    count says how many of each, so that 14/14 in the cell and 46/46 in the grader agree."""
+    from grader import grading
+    assert grading.cases_outcome(14, []).message == "14/14 cases right"
+    out = grading.cases_outcome(46, [grading.hidden_case(3)], hidden=32)
+    assert out.message.startswith("45/46 cases right [14 public, 32 hidden]; first wrong: hidden case #4"), out.message
+    assert abs(out.fraction - 45 / 46) < 1e-12
