@@ -60,6 +60,8 @@ PROFILE_TIMEOUT_S = 240
 PROFILE_ATTEMPTS = 3
 # The driver lets one profiling session collect counters at a time; another at once fails with this.
 BUSY = "a driver resource was unavailable"
+REFUSED_WHY = ("the GPU driver refused its performance counters (they need root, or the "
+               "nvidia module option NVreg_RestrictProfilingToAdminUsers=0)")
 
 
 @dataclasses.dataclass
@@ -193,6 +195,16 @@ def profile_many(jobs: list[Job], timeout: float = PROFILE_TIMEOUT_S) -> list[Ex
     out: list[Executed] = []
     while len(out) < len(jobs):
         out += _one_run(ncu, jobs[len(out):], timeout)
+    # A run that showed nothing of a kernel through no fault of the kernel's (the process wrote no
+    # outcome, ncu's page lacked its launch) is the machine's hiccup, seen now and then when labs
+    # are graded side by side: the kernel is profiled once more, alone, before its part falls back
+    # to the static reading. A refusal of the counters would only be refused again.
+    for i, (job, first) in enumerate(zip(jobs, out)):
+        if first.sass is None and not first.failed and REFUSED_WHY not in first.why:
+            again = _one_run(ncu, [job], timeout)[0]
+            if again.sass is None and not again.failed:
+                again.why = f"{first.why}; profiled again alone: {again.why}"
+            out[i] = again
     return out
 
 
@@ -238,9 +250,7 @@ def _one_run(ncu: str, jobs: list[Job], timeout: float) -> list[Executed]:
                 break
             time.sleep(1.0 + attempt)
         if any(r in out for r in REFUSED):
-            why = ("the GPU driver refused its performance counters (they need root, or the "
-                   "nvidia module option NVreg_RestrictProfilingToAdminUsers=0)")
-            return [Executed(None, why) for _ in jobs]
+            return [Executed(None, REFUSED_WHY) for _ in jobs]
         results = _results(d)
         hang = f"the kernel did not finish in the profiled run ({limit:g} s under the profiler): does it hang?"
         if timed_out and results and results[-1].get("ended"):

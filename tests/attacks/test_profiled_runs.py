@@ -115,6 +115,34 @@ def test_counters_are_taken_in_launch_order_and_must_match_the_plan(fake_ncu):
     res = executed.profile_many([job("lost"), job("b")])
     assert res[0].sass is None and "where the plan launches lost" in res[0].why
     assert not res[0].failed
+    assert res[1].sass is not None and "job0" in res[1].sass     # b, profiled again alone: its own block
+
+
+def test_a_kernel_the_run_showed_nothing_of_is_profiled_again_alone(fake_ncu):
+    """Seen on the H200 while six labs were graded at once: a run whose page lacked a kernel, or
+    whose process wrote no outcome, through no fault of the kernel. It is profiled once more, by
+    itself, before its part is read statically; the message keeps both reasons."""
+    res = executed.profile_many([job("lost"), job("b")])
+    assert fake_ncu() == [["lost", "b"], ["lost"], ["b"]]        # b's block was read as lost's: b again too
+    assert res[0].sass is None and not res[0].failed
+    assert "where the plan launches lost; profiled again alone: ncu reported nothing where the plan launches lost" \
+        in res[0].why, res[0].why
+    # a kernel that failed is not profiled again: its failure is its own
+    fake_ncu_runs = len(fake_ncu())
+    res = executed.profile_many([job("crash")])
+    assert res[0].failed and len(fake_ncu()) == fake_ncu_runs + 1
+
+
+def test_a_machine_that_refuses_the_counters_is_not_asked_twice(monkeypatch):
+    calls = []
+
+    def run(cmd, **kw):
+        calls.append(cmd)
+        return types.SimpleNamespace(stdout="", stderr="==ERROR== ERR_NVGPUCTRPERM", returncode=1)
+    monkeypatch.setattr(executed, "ncu_path", lambda: "/bin/ncu")
+    monkeypatch.setattr(executed.subprocess, "run", run)
+    res = executed.profile_many([job("k1")])
+    assert len(calls) == 1 and res[0].why == executed.REFUSED_WHY
 
 
 def test_the_profiler_runs_only_between_the_profiled_process_own_start_and_stop(monkeypatch, tmp_path):
