@@ -695,7 +695,9 @@ def tx_byte_counts(texts: dict) -> TxReport:
         if not clustered and paired:
             off = [(pa, pd) for pa, pd in places.values() if sum(s.bytes for s in pa) != sum(s.bytes for s in pd)]
             if not off:
-                rep.checked.append(f"{where}: {armed} bytes = {loads}")
+                said = (f"{armed} bytes" if len(e) == 1 else
+                        f"{len(e)} expect_tx in the code (unrolled or in several places) announce {armed} bytes in all")
+                rep.checked.append(f"{where}: {said} = {loads}")
                 continue
             pa, pd = off[0]
             a, b = sum(s.bytes for s in pa), sum(s.bytes for s in pd)

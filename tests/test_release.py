@@ -327,3 +327,37 @@ def test_untracked_and_ignored_files_are_not_shipped(tmp_path):
     assert shipped == ["assignments/lab1/lab1.ipynb"]
     assert release.copy_tracked("lectures", str(dest), root=str(repo), also=release._generated) == [
         "lectures/lab1/generated/fig.png", "lectures/lab1/index.md"]
+
+
+def test_sealed_public_answers_are_hashes_that_still_tell_right_from_wrong():
+    """Lab 4's descriptor fields have few inputs; the edition's table held the answers the Hopper
+    kernels need (wgmma_desc_fields(128), an MN-major case). Sealed, the table keeps a salted hash
+    per case: the reference passes, a list or an array passes as a tuple would, a wrong answer
+    fails with what it returned, and no plain answer of a sealed function is left in the table."""
+    import types
+
+    import numpy as np
+
+    from grader.edition import tables
+    from grader.labs import lab4_gemm as L
+    entry = release.record_lab("lab4_gemm", progress=lambda *a: None)["parts"]["a_desc"]
+    checks = {c["fn"]: c for c in entry["checks"]}
+    assert spec.load("lab4_gemm").part("a_desc").params["sealed_public"] == ["wgmma_desc_fields", "wgmma_desc_fields_mn"]
+    for fn in ("wgmma_desc_fields", "wgmma_desc_fields_mn"):
+        assert checks[fn]["compare"] == {"kind": "sealed"}
+        text = json.dumps(checks[fn]["cases"])
+        assert "__tuple__" not in text and "__sealed__" in text, text
+    assert "[1, 64, 3]" not in json.dumps(entry) and "[256, 64, 3]" not in json.dumps(entry)
+    assert checks["wgmma_desc_offset"]["compare"] == {"kind": "same"}       # not sealed: answers shown
+    ref = types.SimpleNamespace(wgmma_desc_fields=L.ref_desc_fields, wgmma_desc_fields_mn=L.ref_desc_fields_mn,
+                                wgmma_desc_offset=L.ref_desc_offset)
+    as_lists = types.SimpleNamespace(wgmma_desc_fields=lambda sw: list(L.ref_desc_fields(sw)),
+                                     wgmma_desc_fields_mn=lambda sw, k: np.array(L.ref_desc_fields_mn(sw, k)),
+                                     wgmma_desc_offset=L.ref_desc_offset)
+    wrong = types.SimpleNamespace(wgmma_desc_fields=lambda sw: (1, 64, 3), wgmma_desc_fields_mn=lambda sw, k: None,
+                                  wgmma_desc_offset=L.ref_desc_offset)
+    assert tables.grade_from_table(entry, ref, None).fraction == 1.0
+    assert tables.grade_from_table(entry, as_lists, None).fraction == 1.0
+    out = tables.grade_from_table(entry, wrong, None)
+    assert out.fraction == 0.6, out.message          # 1 + 5 of 10: (1, 64, 3) is right for 128 only
+    assert "got [1, 64, 3]; this public case's answer is sealed" in out.message, out.message

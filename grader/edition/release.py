@@ -85,6 +85,13 @@ def _capture(grade, ctx) -> dict:
     checks = [{"fn": fn, "compare": rec.how[fn],
                "cases": [[[encode(a) for a in args], encode(exp)] for args, exp in table]}
               for fn, table in rec.cases.items()]
+    for chk in checks:                 # answers the table must not show: their hashes only
+        if chk["fn"] in ctx.part.params.get("sealed_public", []):
+            if chk["compare"].get("kind") != "same":
+                raise ReleaseError(f"{ctx.lab.lab}/{ctx.part.id}: {chk['fn']} is sealed_public, but its answers are "
+                                   f"compared by {chk['compare'].get('kind')!r}, not exactly")
+            from . import tables
+            chk["cases"], chk["compare"] = tables.seal_cases(chk["fn"], chk["cases"]), {"kind": "sealed"}
     return {"checks": checks, "extras": rec.extras}
 
 

@@ -13,7 +13,7 @@ from .. import compare, spec
 
 TABLES_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "public")
 COURSE_GRADER_ONLY = "checked by the course grader (not in the student edition)"
-_TUPLE, _OFFSET = "__tuple__", "__offset__"
+_TUPLE, _OFFSET, _SEALED = "__tuple__", "__offset__", "__sealed__"
 
 
 # ---------------------------------------------------------------- the tables (JSON)
@@ -22,6 +22,8 @@ def encode(x):
     """A JSON-able form of a case's arguments or answer; tuples stay tuples through decode()."""
     if isinstance(x, TableOffset):
         return {_OFFSET: x.name}
+    if isinstance(x, Sealed):
+        return {_SEALED: x.digest, "salt": x.salt}
     if isinstance(x, tuple):
         return {_TUPLE: [encode(v) for v in x]}
     if isinstance(x, list):
@@ -46,6 +48,8 @@ def decode(x, offsets: dict | None = None):
         if _OFFSET in x:
             o = (offsets or {})[x[_OFFSET]]
             return TableOffset(x[_OFFSET], o["shape"], o["values"])
+        if _SEALED in x:
+            return Sealed(x[_SEALED], x["salt"])
         return {k: decode(v, offsets) for k, v in x.items()}
     return x
 
@@ -70,6 +74,48 @@ class TableOffset(_TableBase):
 
     def __repr__(self) -> str:
         return f"<offset: {self.name}>"
+
+
+class Sealed:
+    """The answer of a public case that the table must not show (a function whose few inputs the
+    public cases would otherwise answer all of: the spec's ``sealed_public``): its hash only, salted
+    with the case, so that a check can tell a right answer from a wrong one without holding it."""
+
+    def __init__(self, digest: str, salt: str):
+        self.digest, self.salt = digest, salt
+
+    @staticmethod
+    def of(answer, salt: str) -> "Sealed":
+        return Sealed(_digest(answer, salt), salt)
+
+    def matches(self, answer) -> bool:
+        try:
+            return _digest(answer, self.salt) == self.digest
+        except Exception:  # noqa: BLE001 - an odd answer (not JSON-able, an iterator that raises) is a wrong one
+            return False
+
+    def __repr__(self) -> str:
+        return "<sealed answer>"
+
+
+def _digest(answer, salt: str) -> str:
+    """The salted hash of an answer as "same" compares it (compare.normalize: lists and tuples
+    alike, 2.0 == 2; any other iterable stands for a list)."""
+    import hashlib
+    if not isinstance(answer, (list, tuple, dict, str)) and hasattr(answer, "__iter__"):
+        answer = list(answer)
+    text = json.dumps(compare.normalize(answer), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(f"{salt}\n{text}".encode()).hexdigest()
+
+
+def seal_cases(fn: str, cases: list) -> list:
+    """``[[args, expected], ...]`` (encoded) with each expected answer sealed (see :class:`Sealed`)."""
+    import hashlib
+    out = []
+    for args, expected in cases:
+        salt = hashlib.sha256(json.dumps([fn, args], sort_keys=True).encode()).hexdigest()[:16]
+        out.append([args, encode(Sealed.of(decode(expected), salt))])
+    return out
 
 
 @functools.lru_cache(maxsize=None)
@@ -97,8 +143,16 @@ def _layout(got, exp, how):
     return True, ""
 
 
-# The comparisons of compare.ANSWERS (the grader's own), and the edition's check of a TIRx layout.
-COMPARE = {**compare.ANSWERS, "layout": _layout}
+def _sealed(got, exp, how):
+    """``got`` must be the answer whose hash the table holds (exact comparison, as "same")."""
+    if exp.matches(got):
+        return True, ""
+    return False, f"got {_short(got)}; this public case's answer is sealed (the check keeps only its hash)"
+
+
+# The comparisons of compare.ANSWERS (the grader's own), the edition's check of a TIRx layout,
+# and of a sealed answer.
+COMPARE = {**compare.ANSWERS, "layout": _layout, "sealed": _sealed}
 
 
 def _short(x, limit: int = 90) -> str:

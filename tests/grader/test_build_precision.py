@@ -173,6 +173,17 @@ def test_the_lab2_kernels_announcing_half_a_tile_fail_their_build_parts(root, ed
             "TMA loads completing on them in the same loop bring 65536") in res["e_build"].message
 
 
+@pytest.mark.slow
+def test_several_arms_of_one_ring_are_said_to_be_summed(root, edit, tmp_path, device):
+    """Lab 2's ring arms its stages in several places of the code (the prologue unrolled, the loop):
+    a passing check says that its byte count is their sum, not what one expect_tx announces."""
+    r = grade_edited(root, edit, tmp_path, device, "lab2_tma", {}, ["e_build"], "sm_90a")["e_build"]
+    assert r.verdict == report.PASSED, r.message
+    assert "5 expect_tx in the code (unrolled or in several places) announce 81920 bytes in all = 5 x a TMA load" \
+        in r.message, \
+        r.message
+
+
 # ---------------------------------------------------------------- 2. 128-bit accesses per tensor
 
 # out = alpha * x + y over fp16, 8 halves per thread: x read as one 128-bit load, y as one too
