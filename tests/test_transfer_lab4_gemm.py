@@ -163,7 +163,8 @@ def test_the_lecture_frag_dump_is_two_m64n64k16_wgmmas_on_one_m64_block_on_sm_90
     assert "WARPGROUP.DEPBAR.LE gsb0, 0x0" in art.sass
     descs = re.findall(r"ptx_wgmma_encode_matrix_descriptor\(\(&\(\w+\[0\]\)\), .*?, (\d+), (\d+), (\d+)\);",
                        art.cuda_source)
-    assert len(descs) == 4 and set(descs) == {("1", "32", "2")}, descs
+    assert len(descs) == 4 and set(descs) == {("1", "32", "2")}, descs            # part a's answer, here the reference's
+    assert "wgmma_desc_fields(64)" in src and ", 1, 32, 2)" not in src             # the listing asks the student's
     assert len(re.findall(r"st\.global\.f32", art.ptx)) == 32                          # 32 registers, unplaced
 
 
