@@ -477,6 +477,7 @@ class ChildSession:
         self._out_tail = bytearray()
         self._out_total = 0
         self._reader: threading.Thread | None = None
+        self._draining = False
 
     # ------------------------------------------------------------ start and stop
     def start(self, timeout: float) -> None:
@@ -579,15 +580,37 @@ class ChildSession:
     def _drain(self, stream) -> None:
         while True:
             chunk = stream.read1(65536) if hasattr(stream, "read1") else stream.read(65536)
-            if not chunk:
+            self._draining = True
+            try:
+                if not chunk:
+                    return
+                self._out_total += len(chunk)
+                if len(self._out_head) < OUTPUT_KEEP:
+                    self._out_head += chunk[:OUTPUT_KEEP - len(self._out_head)]
+                self._out_tail = (self._out_tail + chunk)[-OUTPUT_KEEP:]
+            finally:
+                self._draining = False
+
+    def _caught_up(self, wait_s: float = 1.0) -> None:
+        """Let the reader take in what the child has already written: the child flushed it before
+        it answered, but the thread that reads the pipe may not have run since (a loaded machine).
+        Returns when the pipe holds nothing unread twice in a row, or after ``wait_s``."""
+        import select
+        stream = self.proc.stdout if self.proc is not None else None
+        if stream is None or self._reader is None or not self._reader.is_alive():
+            return
+        deadline, quiet = time.monotonic() + wait_s, 0
+        while quiet < 2 and time.monotonic() < deadline:
+            try:
+                readable = select.select([stream.fileno()], [], [], 0)[0]
+            except (OSError, ValueError):
                 return
-            self._out_total += len(chunk)
-            if len(self._out_head) < OUTPUT_KEEP:
-                self._out_head += chunk[:OUTPUT_KEEP - len(self._out_head)]
-            self._out_tail = (self._out_tail + chunk)[-OUTPUT_KEEP:]
+            quiet = 0 if readable or self._draining else quiet + 1
+            time.sleep(0.005)
 
     def output(self) -> str:
         """What the child printed, bounded: the first and last 16 KB."""
+        self._caught_up()
         if self._out_total <= 2 * OUTPUT_KEEP:
             text = bytes(self._out_head + self._out_tail[len(self._out_head) - self._out_total:] if self._out_total > OUTPUT_KEEP else self._out_head)
         else:
