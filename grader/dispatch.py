@@ -9,6 +9,7 @@ kind (grader/runners.py): a kernel part that names its problem (grader/problems.
 shared correctness or speed runner, a build part by ``grading.build_part``."""
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib
 from typing import Callable
@@ -63,6 +64,10 @@ def grade(lab: str, part_id: str, module, ctx: Context, lower: Callable | None =
     if ctx.part.id != part_id:
         raise ValueError(f"grade({lab!r}, {part_id!r}) given the context of part {ctx.part.id!r}")
     fn = grading_function(lab, ctx.part)
+    if ctx.desc_fields is None and "wgmma_desc_fields" in ctx.part.mechanisms:
+        # the operand tiles of the part's wgmma descriptors: the lab module's DESC_FIELDS (sealed in
+        # the student edition's table, whose lab modules read them from there)
+        ctx = dataclasses.replace(ctx, desc_fields=_hook(lab, "DESC_FIELDS").get(ctx.part.id))
     if lower is not None and fn is runners.kernel_part:
         return runners.kernel_part(module, ctx, runners.Env(lower=lower, prefetch=getattr(lower, "prefetch", None)))
     return fn(module, ctx)

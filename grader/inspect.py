@@ -312,6 +312,73 @@ def descriptor_swizzles(cuda: str) -> list[int | None]:
     return modes
 
 
+def wgmma_descriptor_fields(cuda: str) -> list[tuple[int, int, int] | None]:
+    """(LBO, SBO, swizzle) of every wgmma shared-memory descriptor encoded in ``cuda`` (the
+    arguments of ``ptx_wgmma_encode_matrix_descriptor(desc, start, lbo, sbo, swizzle)``), None
+    for a call whose three fields are not all literals; comments and strings removed."""
+    code, out = strip_comments(cuda), []
+    name = "ptx_wgmma_encode_matrix_descriptor"
+    for m in re.finditer(r"(?<![\w.])" + name + r"\s*\(", code):
+        if re.search(r"\bvoid\s*$", code[max(0, m.start() - 40):m.start()]):
+            continue                                # the helper's definition, not a call
+        depth, i = 1, m.end()
+        while i < len(code) and depth:
+            depth += {"(": 1, ")": -1}.get(code[i], 0)
+            i += 1
+        args, depth, start, parts = code[m.end():i - 1], 0, 0, []
+        for j, ch in enumerate(args + ","):
+            depth += {"(": 1, ")": -1}.get(ch, 0)
+            if ch == "," and depth == 0:
+                parts.append(args[start:j].strip())
+                start = j + 1
+        fields = parts[2:5]
+        ok = len(fields) == 3 and all(re.fullmatch(r"\d+", f) for f in fields)
+        out.append(tuple(int(f) for f in fields) if ok else None)
+    return out
+
+
+def _desc_fields(m: Mechanism, texts: dict) -> CheckResult:
+    """``wgmma_desc_fields``: every wgmma descriptor of the kernel encodes the fields of one of the
+    step's operand tiles, and each tile's fields are encoded somewhere. The tiles come with the
+    texts (``desc_fields``: [(name, (lbo or None, sbo, swizzle))], None for an LBO the hardware does
+    not read), from the lab module of the course grader, or sealed in the student edition's table
+    (a tile that says itself whether fields fit it, grader/edition/tables.py). Messages name the
+    tiles and the fields the kernel encodes, never the expected ones."""
+    tiles = texts.get("desc_fields")
+    if tiles is None:
+        return CheckResult(m.name, True, 0, f"{m.description}: checked by the course grader (no tiles' fields "
+                                            "given to this check)")
+    cuda = texts.get("cuda", "")
+    if not cuda:
+        return CheckResult(m.name, False, 0, f"{m.description}: no CUDA source to inspect")
+    found = wgmma_descriptor_fields(cuda)
+    if not found:
+        return CheckResult(m.name, False, 0, f"{m.description}: MISSING (no wgmma descriptor encoded in the CUDA source)")
+    if any(f is None for f in found):
+        return CheckResult(m.name, True, len(found), f"{m.description}: not checked (a descriptor's fields are not "
+                                                     "constants the builder computed)")
+
+    def fits(f, want):                  # a pattern, or a tile that matches itself (the edition's sealed ones)
+        if hasattr(want, "fits"):
+            return want.fits(f)
+        return all(w is None or w == x for w, x in zip(want, f))
+    names = ", ".join(n for n, _ in tiles)
+    odd = sorted({f for f in found if not any(fits(f, want) for _, want in tiles)})
+    missing = [n for n, want in tiles if not any(fits(f, want) for f in found)]
+    shown = ", ".join(f"({a}, {b}, {c}) x {found.count((a, b, c))}" for a, b, c in sorted(set(found)))
+    if odd or missing:
+        why = []
+        if odd:
+            why.append(f"(LBO, SBO, swizzle) = {', '.join(map(str, odd))} describe{'s' if len(odd) == 1 else ''} none "
+                       f"of this step's operand tiles ({names})")
+        if missing:
+            why.append(f"no descriptor has the fields of {', '.join(missing)}")
+        return CheckResult(m.name, False, len(found), (
+            f"{m.description}: WRONG ({'; '.join(why)}. Encoded: {shown}. The fields follow from each tile's "
+            "layout and major-ness (part a); a wrong field reads the wrong elements on a GPU, with no error)"))
+    return CheckResult(m.name, True, len(found), f"{m.description}: ok (each of {names}; encoded: {shown})")
+
+
 def _swizzled(m: Mechanism, texts: dict[str, str]) -> CheckResult:
     cuda = texts.get("cuda", "")
     if not cuda:
@@ -465,6 +532,8 @@ MECHANISMS = {m.name: m for m in [
               r"\bHGMMA\.\S+\s+R\d+,\s*gdesc\["),
     Mechanism("wgmma_rs", "wgmma with A from registers (HGMMA R, R, gdesc[...]: wgmma.mma_async ... {a regs})", "sass",
               r"\bHGMMA\.\S+\s+R\d+,\s*R\d+,\s*gdesc\["),
+    Mechanism("wgmma_desc_fields", "wgmma descriptors with the fields of the step's operand tiles (LBO, SBO, "
+              "swizzle of each tile, read from the CUDA source)", "cuda", "", custom=_desc_fields),
     Mechanism("wgmma_b_mn_major", "wgmma reading an MN-major B (every HGMMA's descriptor with .tnspB)", "sass", "",
               custom=_b_mn_major),
     Mechanism("named_barrier_arrive", "arrivals on a named barrier without waiting (bar.arrive: BAR.ARV id, "

@@ -361,3 +361,35 @@ def test_sealed_public_answers_are_hashes_that_still_tell_right_from_wrong():
     out = tables.grade_from_table(entry, wrong, None)
     assert out.fraction == 0.6, out.message          # 1 + 5 of 10: (1, 64, 3) is right for 128 only
     assert "got [1, 64, 3]; this public case's answer is sealed" in out.message, out.message
+
+
+def test_the_descriptor_tiles_of_lab4s_build_parts_are_sealed_in_the_table():
+    """The build parts' wgmma descriptor check needs the tiles' fields; the edition's table holds
+    them hashed, and the edition's grader finds them there (no lab module in the edition)."""
+    table = release.record_lab("lab4_gemm", progress=lambda *a: None)
+    assert set(table["desc_fields"]) == {f"s{s}_build_sm90" for s in (1, 2, 3, 4)}
+    text = json.dumps(table["desc_fields"])
+    assert "512" not in text and "[1, 64, 3]" not in text and "__sealed__" in text
+    for part in spec.load("lab4_gemm").parts:
+        if part.id in table["desc_fields"]:
+            assert "wgmma_desc_fields" in part.mechanisms, part.id
+
+
+def test_the_editions_build_check_reads_the_sealed_descriptor_tiles(root, edition, tmp_path):
+    """In the edition, Lab 4's Hopper build part checks the descriptors against the sealed tiles:
+    the reference passes, a B descriptor with half its LBO fails, on a machine without a GPU."""
+    lab = "lab4_gemm"
+    pasted = _paste_reference(root, edition, lab, str(tmp_path / "pasted"))
+    good = _check_in_edition(edition, pasted, lab, ["s1_build_sm90"])["s1_build_sm90"]
+    assert good[0] == "passed" and "ok (each of A (K-major), B (N-major)" in good[1], good
+    with open(pasted) as f:
+        nb = json.load(f)
+    line = "LBO_B, SBO_B, _ = wgmma_desc_fields_mn(128, BLK_K)"
+    for c in nb["cells"]:
+        src = c["source"] if isinstance(c["source"], str) else "".join(c["source"])
+        c["source"] = src.replace(line, line.replace("BLK_K)", "BLK_K // 2)"))
+    bad_path = str(tmp_path / "bad.ipynb")
+    with open(bad_path, "w") as f:
+        json.dump(nb, f)
+    bad = _check_in_edition(edition, bad_path, lab, ["s1_build_sm90"])["s1_build_sm90"]
+    assert bad[0] != "passed" and "no descriptor has the fields of B (N-major)" in bad[1], bad

@@ -122,13 +122,18 @@ def _shipped_target(fn) -> str | None:
 
 
 def record_lab(lab: str, progress=print) -> dict:
-    """The public table of a lab: recorded CPU parts, shipped grading functions, the rest."""
+    """The public table of a lab: recorded CPU parts, shipped grading functions, the rest, and the
+    sealed descriptor tiles of its build parts."""
+    from . import tables as tables_mod
     lab_module = importlib.import_module(f"grader.labs.{lab}")
     lab_spec = spec.load(lab)
     own = getattr(lab_module, "GRADERS", {})
     questions = getattr(lab_module, "QUESTIONS", {})
     table = {"lab": lab, "format": 1, "parts": {}, "shipped": {}, "default_runner": [], "course_grader_only": [],
              "hand_recorded": []}
+    sealed = {pid: tables_mod.seal_tiles(pid, tiles) for pid, tiles in getattr(lab_module, "DESC_FIELDS", {}).items()}
+    if sealed:
+        table["desc_fields"] = sealed          # the build parts' descriptor tiles, hashed (tables.SealedTile)
     for part in lab_spec.parts:
         entry = None
         if not part.needs_gpu and part.kind in ("function", "artifact") and (part.id in own or part.id in questions):
@@ -402,9 +407,10 @@ STUB = '''\
 """{title}: the student edition's grading (written by `python -m grader release`).
 
 The public cases of the CPU parts are graded from grader/public/{lab}.json; see grader/edition/tables.py."""
-from ..edition.tables import table_graders
+from ..edition.tables import sealed_desc_fields, table_graders
 
 GRADERS = table_graders("{lab}")
+DESC_FIELDS = sealed_desc_fields("{lab}")      # the build parts' wgmma descriptor tiles, hashed
 '''
 
 

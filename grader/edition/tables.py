@@ -118,6 +118,38 @@ def seal_cases(fn: str, cases: list) -> list:
     return out
 
 
+class SealedTile:
+    """An operand tile of a build part's wgmma descriptors (the check ``wgmma_desc_fields``) as the
+    edition holds it: its name, which fields the hardware does not read (``None`` in the course
+    grader's pattern), and the hash of the others. ``fits(fields)`` says whether a descriptor's
+    (LBO, SBO, swizzle) are the tile's, without the table holding them."""
+
+    def __init__(self, name: str, wild: list, sealed: Sealed):
+        self.name, self.wild, self.sealed = name, [bool(w) for w in wild], sealed
+
+    def fits(self, fields) -> bool:
+        return self.sealed.matches([None if w else int(f) for w, f in zip(self.wild, fields)])
+
+
+def seal_tiles(part_id: str, tiles: list) -> list:
+    """The course grader's ``DESC_FIELDS`` of one part, [(name, (lbo or None, sbo, swizzle))], as the
+    edition's table holds them (see :class:`SealedTile`)."""
+    import hashlib
+    out = []
+    for name, pattern in tiles:
+        salt = hashlib.sha256(json.dumps([part_id, name]).encode()).hexdigest()[:16]
+        out.append({"name": name, "wild": [x is None for x in pattern],
+                    "seal": encode(Sealed.of(list(pattern), salt))})
+    return out
+
+
+def sealed_desc_fields(lab: str) -> dict:
+    """The edition's ``DESC_FIELDS`` of a lab: part id -> [(name, SealedTile)], from its table."""
+    entries = load_table(lab).get("desc_fields", {})
+    return {part: [(e["name"], SealedTile(e["name"], e["wild"], decode(e["seal"]))) for e in tiles]
+            for part, tiles in entries.items()}
+
+
 @functools.lru_cache(maxsize=None)
 def load_table(lab: str) -> dict:
     with open(os.path.join(TABLES_DIR, f"{lab}.json")) as f:

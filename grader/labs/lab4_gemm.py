@@ -258,6 +258,12 @@ QUESTIONS = {   # CPU questions declared as data: graded by grading.grade_questi
 }
 
 
+# The operand tiles of the Hopper steps' wgmma descriptors (the check "wgmma_desc_fields"): A is
+# K-major, one 128-byte swizzle atom wide (the hardware does not read its LBO); B is the N-major
+# K x N tile, BLK_K rows along K. Course grader only: the student edition replaces this module.
+_TILE_FIELDS = [("A (K-major)", (None,) + ref_desc_fields(128)[1:]), ("B (N-major)", ref_desc_fields_mn(128, 64))]
+DESC_FIELDS = {f"s{step}_build_sm90": _TILE_FIELDS for step in (1, 2, 3, 4)}
+
 GRADERS = {
     "sass_hazard": build_checks.accumulator_hazard,
     # s1..s4_build_sm90/_sm100: the default build runner (grading.build_part);

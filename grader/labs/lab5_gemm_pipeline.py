@@ -43,6 +43,7 @@ from __future__ import annotations
 from .. import grading, inputs
 from ..context import Context
 from . import build_checks
+from .lab4_gemm import ref_desc_fields
 
 LAB = "lab5_gemm_pipeline"
 
@@ -342,6 +343,11 @@ QUESTIONS = {   # CPU questions declared as data: graded by grading.grade_questi
         params={"plan": ("cm", "cn", "rank", "blk_m", "blk_n"),
                 "counts": ("cm", "cn", "blk_m", "blk_n", "blk_k", "dtype_bytes", "consumers")}),
 }
+
+# The operand tiles of the Hopper steps' wgmma descriptors (the check "wgmma_desc_fields"): A and B
+# both K-major, one 128-byte swizzle atom wide (the LBO is not read). Course grader only.
+DESC_FIELDS = {f"s{step}_build_sm90": [("A and B (K-major)", (None,) + ref_desc_fields(128)[1:])]
+               for step in (5, 6, 7, 8, 9)}
 
 GRADERS = {
     "sass_hazard": build_checks.accumulator_hazard,

@@ -48,6 +48,7 @@ import torch
 
 from .. import compare, grading, inputs, problems
 from ..context import Context, Outcome
+from .lab4_gemm import ref_desc_fields, ref_desc_fields_mn
 
 LAB = "lab6_flash_attention"
 LN2 = math.log(2.0)
@@ -514,6 +515,13 @@ QUESTIONS = {   # CPU questions declared as data: graded by grading.grade_questi
                 "tmem": ("block_n", "head_dim", "q_stages"),
                 "barriers": ("arch", "block_m", "block_n", "head_dim", "consumers")}),
 }
+
+# The operand tiles of the Hopper steps' wgmma descriptors (the check "wgmma_desc_fields"): Q and K
+# K-major in 128-byte swizzle atoms (the LBO is not read); V MN-major, BLK_N keys along K. Course
+# grader only.
+DESC_FIELDS = {f"s{step}_build_sm90": [("Q and K (K-major)", (None,) + ref_desc_fields(128)[1:]),
+                                       ("V (MN-major)", ref_desc_fields_mn(128, 128))]
+               for step in (2, 3, 4, 5)}
 
 GRADERS = {
     "a_softmax": grade_softmax,

@@ -416,3 +416,16 @@ def test_lab5_step7_without_one_cta_per_sm_has_its_setmaxnreg_ignored(root, edit
     assert r.verdict == report.FAILED and r.points == 0, r.message
     assert "(setmaxnreg.inc: USETMAXREG.TRY_ALLOC): IGNORED by ptxas in kernel_kernel" in r.message, r.message
     assert 'put T.attr({"tirx.launch_bounds_min_blocks_per_sm": 1}) at the top of the kernel body' in r.message
+
+
+@pytest.mark.slow
+def test_a_lab4_kernel_whose_b_descriptor_has_the_wrong_lbo_fails_its_build_part_on_a_cpu(root, edit, tmp_path, device):
+    """B's MN-major LBO spans the tile's K rows: with half of them the kernel reads the wrong
+    elements on a GPU, with no error. The build part sees the fields in the CUDA source."""
+    res = grade_edited(root, edit, tmp_path, device, "lab4_gemm", {
+        "LBO_B, SBO_B, _ = wgmma_desc_fields_mn(128, BLK_K)": "LBO_B, SBO_B, _ = wgmma_desc_fields_mn(128, BLK_K // 2)"},
+        ["s1_build_sm90"], "sm_90a")
+    r = res["s1_build_sm90"]
+    assert r.verdict == report.FAILED and r.points == 0, r.message
+    assert "no descriptor has the fields of B (N-major). Encoded: (1, 64, 3) x 8, (256, 64, 3) x 8" in r.message, \
+        r.message

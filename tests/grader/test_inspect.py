@@ -1,5 +1,7 @@
 """The SASS patterns of the pipeline (Lab 5) and attention (Lab 6) mechanisms, on lines as cuobjdump
 prints them."""
+import json
+
 import pytest
 
 from grader import inspect, ptxflow
@@ -291,3 +293,50 @@ def test_a_listing_with_a_gap_is_made_again_and_a_gap_every_attempt_shows_is_the
     calls = []
     assert build.checked_sass(art, lambda cubin: calls.append(cubin) or cut, lambda: (b"again", "")) == cut
     assert len(calls) == build.SASS_ATTEMPTS
+
+
+# ---------------------------------------------------------------- wgmma descriptor fields
+
+def _encodes(*fields):
+    calls = "".join(f"  ptx_wgmma_encode_matrix_descriptor((&(desc[0])), (&(smem[{i * 64}])), {a}, {b}, {c});\n"
+                    for i, (a, b, c) in enumerate(fields))
+    return ("__device__ __forceinline__ void ptx_wgmma_encode_matrix_descriptor(uint64_t* d, void* p, int lbo, "
+            "int sbo, int swizzle) {}\n__global__ void k() {\n" + calls + "  // ptx_wgmma_encode_matrix_descriptor"
+            "(d, p, 9, 9, 9);\n}\n")
+
+
+TILES = [("A (K-major)", (None, 64, 3)), ("B (N-major)", (512, 64, 3))]
+
+
+def test_descriptor_fields_are_read_from_the_calls_not_the_helper_or_comments():
+    assert inspect.wgmma_descriptor_fields(_encodes((1, 64, 3), (512, 64, 3))) == [(1, 64, 3), (512, 64, 3)]
+    assert inspect.wgmma_descriptor_fields(_encodes((1, 64, 3), ("lbo", 64, 3))) == [(1, 64, 3), None]
+
+
+@pytest.mark.parametrize("fields, ok, said", [
+    (((1, 64, 3), (512, 64, 3)), True, "ok (each of A (K-major), B (N-major)"),
+    (((7, 64, 3), (512, 64, 3)), True, "ok"),                           # a K-major swizzled LBO is not read
+    (((1, 64, 3), (256, 64, 3)), False, "no descriptor has the fields of B (N-major)"),  # half B's LBO (fits A's)
+    (((1, 64, 2), (512, 64, 3)), False, "(1, 64, 2) describes none of this step's operand tiles"),
+    (((1, 64, 3), (1, 64, 3)), False, "no descriptor has the fields of B (N-major)"),   # B read as K-major
+    (((1, 1024, 3), (512, 1024, 3)), False, "no descriptor has the fields of A (K-major), B (N-major)"),  # bytes
+])
+def test_descriptor_fields_against_the_steps_tiles(fields, ok, said):
+    """The course grader's tiles and the student edition's sealed ones give the same verdicts."""
+    from grader.edition import tables
+    sealed = [(e["name"], tables.SealedTile(e["name"], e["wild"], tables.decode(e["seal"])))
+              for e in json.loads(json.dumps(tables.seal_tiles("s1_build_sm90", TILES)))]
+    assert "512" not in json.dumps(tables.seal_tiles("s1_build_sm90", TILES))
+    for tiles in (TILES, sealed):
+        r = inspect.check("wgmma_desc_fields", {"cuda": _encodes(*fields), "desc_fields": tiles})
+        assert r.ok == ok and said in r.message, r.message
+        if (512, 64, 3) not in fields:
+            assert "(512, 64, 3)" not in r.message, r.message                    # the expected fields: never said
+
+
+def test_descriptor_fields_without_the_tiles_are_left_to_the_course_grader():
+    """The student edition holds no lab module, so no tiles: the check says who checks it."""
+    r = inspect.check("wgmma_desc_fields", {"cuda": _encodes((1, 64, 3))})
+    assert r.ok and "checked by the course grader" in r.message
+    r = inspect.check("wgmma_desc_fields", {"cuda": _encodes((1, 64, 3), ("lbo", 64, 3)), "desc_fields": TILES})
+    assert r.ok and "not checked" in r.message
