@@ -290,34 +290,9 @@ def _expect_tx(m: Mechanism, texts: dict[str, str]) -> CheckResult:
     return CheckResult(m.name, ok, count, f"{m.description}: {'found' if ok else 'MISSING'} ({where}{note})")
 
 
-def descriptor_swizzles(cuda: str) -> list[int | None]:
-    """The swizzle argument of every tensor-core shared-memory descriptor encoded in ``cuda``
-    (None where it is not a literal), comments and strings removed."""
-    code, modes = strip_comments(cuda), []
-    for name in DESCRIPTOR_CALLS:
-        for m in re.finditer(r"(?<![\w.])" + name + r"\s*\(", code):
-            if re.search(r"\bvoid\s*$", code[max(0, m.start() - 40):m.start()]):
-                continue                                # the helper's definition, not a call
-            depth, i = 1, m.end()
-            while i < len(code) and depth:
-                depth += {"(": 1, ")": -1}.get(code[i], 0)
-                i += 1
-            args, depth, last = code[m.end():i - 1], 0, 0
-            for j, ch in enumerate(args):
-                depth += {"(": 1, ")": -1}.get(ch, 0)
-                if ch == "," and depth == 0:
-                    last = j + 1
-            lit = args[last:].strip()
-            modes.append(int(lit) if re.fullmatch(r"\d+", lit) else None)
-    return modes
-
-
-def wgmma_descriptor_fields(cuda: str) -> list[tuple[int, int, int] | None]:
-    """(LBO, SBO, swizzle) of every wgmma shared-memory descriptor encoded in ``cuda`` (the
-    arguments of ``ptx_wgmma_encode_matrix_descriptor(desc, start, lbo, sbo, swizzle)``), None
-    for a call whose three fields are not all literals; comments and strings removed."""
-    code, out = strip_comments(cuda), []
-    name = "ptx_wgmma_encode_matrix_descriptor"
+def _call_args(code: str, name: str):
+    """The arguments (split at the top level, stripped) of every call of ``name`` in ``code``,
+    less the helper's definition."""
     for m in re.finditer(r"(?<![\w.])" + name + r"\s*\(", code):
         if re.search(r"\bvoid\s*$", code[max(0, m.start() - 40):m.start()]):
             continue                                # the helper's definition, not a call
@@ -331,6 +306,23 @@ def wgmma_descriptor_fields(cuda: str) -> list[tuple[int, int, int] | None]:
             if ch == "," and depth == 0:
                 parts.append(args[start:j].strip())
                 start = j + 1
+        yield parts
+
+
+def descriptor_swizzles(cuda: str) -> list[int | None]:
+    """The swizzle argument of every tensor-core shared-memory descriptor encoded in ``cuda``
+    (None where it is not a literal), comments and strings removed."""
+    code = strip_comments(cuda)
+    return [int(parts[-1]) if re.fullmatch(r"\d+", parts[-1]) else None
+            for name in DESCRIPTOR_CALLS for parts in _call_args(code, name)]
+
+
+def wgmma_descriptor_fields(cuda: str) -> list[tuple[int, int, int] | None]:
+    """(LBO, SBO, swizzle) of every wgmma shared-memory descriptor encoded in ``cuda`` (the
+    arguments of ``ptx_wgmma_encode_matrix_descriptor(desc, start, lbo, sbo, swizzle)``), None
+    for a call whose three fields are not all literals; comments and strings removed."""
+    out = []
+    for parts in _call_args(strip_comments(cuda), "ptx_wgmma_encode_matrix_descriptor"):
         fields = parts[2:5]
         ok = len(fields) == 3 and all(re.fullmatch(r"\d+", f) for f in fields)
         out.append(tuple(int(f) for f in fields) if ok else None)
@@ -348,12 +340,9 @@ def _desc_fields(m: Mechanism, texts: dict) -> CheckResult:
     if tiles is None:
         return CheckResult(m.name, True, 0, f"{m.description}: checked by the course grader (no tiles' fields "
                                             "given to this check)")
-    cuda = texts.get("cuda", "")
-    if not cuda:
-        return CheckResult(m.name, False, 0, f"{m.description}: no CUDA source to inspect")
-    found = wgmma_descriptor_fields(cuda)
-    if not found:
-        return CheckResult(m.name, False, 0, f"{m.description}: MISSING (no wgmma descriptor encoded in the CUDA source)")
+    found, missing = _descriptors(m, texts, wgmma_descriptor_fields, "no wgmma descriptor encoded")
+    if missing:
+        return missing
     if any(f is None for f in found):
         return CheckResult(m.name, True, len(found), f"{m.description}: not checked (a descriptor's fields are not "
                                                      "constants the builder computed)")
@@ -379,13 +368,22 @@ def _desc_fields(m: Mechanism, texts: dict) -> CheckResult:
     return CheckResult(m.name, True, len(found), f"{m.description}: ok (each of {names}; encoded: {shown})")
 
 
-def _swizzled(m: Mechanism, texts: dict[str, str]) -> CheckResult:
+def _descriptors(m: Mechanism, texts: dict, read, none: str):
+    """(what ``read`` finds in the CUDA source, None), or ([], the failing result) where there is
+    no source or nothing is found (``none`` says what is missing)."""
     cuda = texts.get("cuda", "")
     if not cuda:
-        return CheckResult(m.name, False, 0, f"{m.description}: no CUDA source to inspect")
-    modes = descriptor_swizzles(cuda)
-    if not modes:
-        return CheckResult(m.name, False, 0, f"{m.description}: MISSING (no shared-memory descriptor in the CUDA source)")
+        return [], CheckResult(m.name, False, 0, f"{m.description}: no CUDA source to inspect")
+    found = read(cuda)
+    if not found:
+        return [], CheckResult(m.name, False, 0, f"{m.description}: MISSING ({none} in the CUDA source)")
+    return found, None
+
+
+def _swizzled(m: Mechanism, texts: dict[str, str]) -> CheckResult:
+    modes, missing = _descriptors(m, texts, descriptor_swizzles, "no shared-memory descriptor")
+    if missing:
+        return missing
     bad = [x for x in modes if not x]
     named = ", ".join(f"{n} x {SWIZZLE_NAMES.get(x, f'mode {x}') if x is not None else 'not a constant'}"
                       for x, n in sorted(((x, modes.count(x)) for x in set(modes)), key=str))
