@@ -202,6 +202,7 @@ def cmd_compile(args) -> int:
 
 
 def _compile_all(args, lab_spec, module, build, inspect, grading) -> int:
+    from . import dispatch
     os.makedirs(args.out, exist_ok=True)
     status = 0
     jobs = [(part, name, arch) for part in lab_spec.parts if part.kind == "build"
@@ -222,7 +223,8 @@ def _compile_all(args, lab_spec, module, build, inspect, grading) -> int:
                 f.write(data)
         with open(f"{stem}.cubin", "wb") as f:
             f.write(art.cubin)
-        checks = inspect.check_all(part.mechanisms, inspect.launched_texts(art))
+        texts = dict(inspect.launched_texts(art), desc_fields=dispatch.desc_fields(lab_spec.lab, part.id))
+        checks = inspect.check_all(part.mechanisms, texts)
         print(f"{name} for {arch}: {stem}.{{cu,ptx,cubin,sass}}" + "".join(f"\n    {c.message}" for c in checks))
     return status
 

@@ -29,6 +29,12 @@ def _hook(lab: str, name: str) -> dict:
     return getattr(mod, name, {})
 
 
+def desc_fields(lab: str, part_id: str):
+    """The operand tiles of a build part's wgmma descriptors: the lab module's ``DESC_FIELDS``
+    (sealed in the student edition's table, whose lab modules read them from there); None if none."""
+    return _hook(lab, "DESC_FIELDS").get(part_id)
+
+
 def lab_graders(lab: str) -> dict[str, Callable[..., Outcome]]:
     """The lab module's ``GRADERS``: its own grading functions."""
     return _hook(lab, "GRADERS")
@@ -65,9 +71,7 @@ def grade(lab: str, part_id: str, module, ctx: Context, lower: Callable | None =
         raise ValueError(f"grade({lab!r}, {part_id!r}) given the context of part {ctx.part.id!r}")
     fn = grading_function(lab, ctx.part)
     if ctx.desc_fields is None and "wgmma_desc_fields" in ctx.part.mechanisms:
-        # the operand tiles of the part's wgmma descriptors: the lab module's DESC_FIELDS (sealed in
-        # the student edition's table, whose lab modules read them from there)
-        ctx = dataclasses.replace(ctx, desc_fields=_hook(lab, "DESC_FIELDS").get(ctx.part.id))
+        ctx = dataclasses.replace(ctx, desc_fields=desc_fields(lab, ctx.part.id))
     if lower is not None and fn is runners.kernel_part:
         return runners.kernel_part(module, ctx, runners.Env(lower=lower, prefetch=getattr(lower, "prefetch", None)))
     return fn(module, ctx)

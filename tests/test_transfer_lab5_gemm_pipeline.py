@@ -409,10 +409,5 @@ def test_the_descriptor_fields_are_the_students_lab_4_answer():
     128-byte K-major tiles, and the student edition ships every lab at once. Now each Hopper builder
     asks the student's carried-over function, inside its own solution region."""
     transfer_text.check_given_code_says_none_of(LAB, DESC_FIELDS_GIVEAWAYS, DESC_FIELDS_OLD)
-    student = transfer_text.cells(LAB, "assignments")
-    carried = next(transfer_text.source(c) for c in student if "def wgmma_desc_fields(" in transfer_text.source(c))
-    assert "todo(" in carried and "// 16" not in carried
-    visible = transfer_text.visible(transfer_text.cells(LAB, "solutions"))
-    assert "wgmma_desc_fields(128)" not in visible and "lbo, sbo, swizzle)" in visible
-    solutions = transfer_text.notebook_text(transfer_text.cells(LAB, "solutions"))
-    assert solutions.count("= wgmma_desc_fields(128)") == 5          # one per Hopper builder, steps 5-9
+    transfer_text.check_carried_and_called(LAB, "wgmma_desc_fields", "wgmma_desc_fields(128)", 5)   # steps 5-9
+    assert "lbo, sbo, swizzle)" in transfer_text.visible(transfer_text.cells(LAB, "solutions"))

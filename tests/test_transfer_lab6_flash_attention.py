@@ -328,11 +328,8 @@ def test_the_v_descriptor_is_the_students_lab_4_answer():
     builder asks the student's carried-over function, inside its own solution region, and the
     lecture asks the question."""
     transfer_text.check_given_code_says_none_of(LAB, V_FIELDS_GIVEAWAYS, V_FIELDS_OLD)
-    student = transfer_text.cells(LAB, "assignments")
-    carried = next(transfer_text.source(c) for c in student if "def wgmma_desc_fields_mn(" in transfer_text.source(c))
-    assert "todo(" in carried and "// 16" not in carried
-    text = transfer_text.visible(transfer_text.cells(LAB, "solutions"))
-    assert "wgmma_desc_fields_mn(128, BLK_N)" not in text and "v_lbo, v_sbo" in text
+    transfer_text.check_carried_and_called(LAB, "wgmma_desc_fields_mn", "wgmma_desc_fields_mn(128, BLK_N)", 4)
+    assert "v_lbo, v_sbo" in transfer_text.visible(transfer_text.cells(LAB, "solutions"))
     assert "what are the LBO and SBO of its descriptor" in transfer_text.flat(transfer_text.lecture(LAB))
 
 
@@ -344,13 +341,8 @@ def test_the_q_and_k_descriptors_are_the_students_lab_4_answer():
     """The same for Q and K (K-major): Lab 4's graded wgmma_desc_fields, carried over and called in
     each Hopper builder's own region, in place of the given constants."""
     transfer_text.check_given_code_says_none_of(LAB, QK_FIELDS_GIVEAWAYS, QK_FIELDS_OLD)
-    student = transfer_text.cells(LAB, "assignments")
-    carried = next(transfer_text.source(c) for c in student if "def wgmma_desc_fields(" in transfer_text.source(c))
-    assert "todo(" in carried
-    visible = transfer_text.visible(transfer_text.cells(LAB, "solutions"))
-    assert "wgmma_desc_fields(128)" not in visible and "QK_LBO" not in visible
-    solutions = transfer_text.notebook_text(transfer_text.cells(LAB, "solutions"))
-    assert solutions.count("= wgmma_desc_fields(128)") == 4          # one per Hopper builder, steps 2-5
+    transfer_text.check_carried_and_called(LAB, "wgmma_desc_fields", "wgmma_desc_fields(128)", 4)   # steps 2-5
+    assert "QK_LBO" not in transfer_text.visible(transfer_text.cells(LAB, "solutions"))
 
 
 V_FLAG_OLD = "58df381"       # the last commit whose given issue_pv set B's transpose flag and called V MN-major

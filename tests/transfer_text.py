@@ -118,6 +118,16 @@ def check_given_code_says_none_of(lab, giveaways, old_commit):
         assert all(g in old for g in giveaways), [g for g in giveaways if g not in old]
 
 
+def check_carried_and_called(lab, function, call, builders):
+    """The lab's student notebook carries ``function`` over as a TODO (no answer in it), and each of
+    the ``builders`` Hopper builders of the solution calls it (``= call``) in its own region, which
+    the student edition strips."""
+    carried = next(source(c) for c in cells(lab, "assignments") if f"def {function}(" in source(c))
+    assert "todo(" in carried and "// 16" not in carried, carried
+    assert call not in visible(cells(lab, "solutions"))
+    assert notebook_text(cells(lab, "solutions")).count(f"= {call}") == builders
+
+
 def visible(cells):
     """The student-visible text of notebook cells, flattened: markdown and code, less the solution
     and hidden-test regions (which the student edition strips)."""

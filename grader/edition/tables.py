@@ -108,14 +108,15 @@ def _digest(answer, salt: str) -> str:
     return hashlib.sha256(f"{salt}\n{text}".encode()).hexdigest()
 
 
+def _salt(*key) -> str:
+    """A sealed value's salt: its case (or tile), so that equal answers of two cases hash apart."""
+    import hashlib
+    return hashlib.sha256(json.dumps(list(key), sort_keys=True).encode()).hexdigest()[:16]
+
+
 def seal_cases(fn: str, cases: list) -> list:
     """``[[args, expected], ...]`` (encoded) with each expected answer sealed (see :class:`Sealed`)."""
-    import hashlib
-    out = []
-    for args, expected in cases:
-        salt = hashlib.sha256(json.dumps([fn, args], sort_keys=True).encode()).hexdigest()[:16]
-        out.append([args, encode(Sealed.of(decode(expected), salt))])
-    return out
+    return [[args, encode(Sealed.of(decode(expected), _salt(fn, args)))] for args, expected in cases]
 
 
 class SealedTile:
@@ -134,13 +135,8 @@ class SealedTile:
 def seal_tiles(part_id: str, tiles: list) -> list:
     """The course grader's ``DESC_FIELDS`` of one part, [(name, (lbo or None, sbo, swizzle))], as the
     edition's table holds them (see :class:`SealedTile`)."""
-    import hashlib
-    out = []
-    for name, pattern in tiles:
-        salt = hashlib.sha256(json.dumps([part_id, name]).encode()).hexdigest()[:16]
-        out.append({"name": name, "wild": [x is None for x in pattern],
-                    "seal": encode(Sealed.of(list(pattern), salt))})
-    return out
+    return [{"name": name, "wild": [x is None for x in pattern], "seal": encode(Sealed.of(list(pattern), _salt(part_id, name)))}
+            for name, pattern in tiles]
 
 
 def sealed_desc_fields(lab: str) -> dict:
