@@ -400,6 +400,8 @@ class Batcher:
             try:
                 with open(path) as f:
                     claimed.append((rid, _job_from(json.load(f))))
+            except FileNotFoundError:       # its asker took its outcome since the listing: nothing to run
+                continue
             except (OSError, ValueError, KeyError) as e:
                 _write_json(os.path.join(d, rid + ".result"),
                             dataclasses.asdict(Executed(None, f"the profiled run's request was unreadable: {e}")))
@@ -446,7 +448,9 @@ def _write_json(path: str, obj) -> None:
 def _take_result(path: str) -> Executed:
     with open(path) as f:
         rec = json.load(f)
-    for suffix in (".result", ".job"):
+    # the request goes first: a holder listing the folder meanwhile never finds a request that
+    # lacks its outcome only because the outcome was just taken (it would run it again)
+    for suffix in (".job", ".result"):
         with contextlib.suppress(OSError):
             os.unlink(path[:-len(".result")] + suffix)
     return Executed(**rec)

@@ -312,6 +312,30 @@ def test_a_request_left_by_a_dead_holder_runs_again_and_one_of_a_dead_asker_is_d
     assert f"{1:020d}-{os.getpid()}-1.result" in left and not [n for n in left if "dead" in n or f"-{gone.pid}-" in n]
 
 
+def test_an_outcome_taken_while_another_holder_lists_the_folder_is_neither_run_again_nor_answered(monkeypatch, tmp_path):
+    """The asker of a finished request takes its outcome without the lock, while the next holder may
+    be listing the folder: the request is gone before its outcome, and a request found in the listing
+    but gone when read is skipped (CI once found a stray "unreadable request" outcome left behind)."""
+    log = str(tmp_path / "runs.log")
+    monkeypatch.setattr(executed, "profile_many", _queue_fake(log))
+    batcher = executed.Batcher(str(tmp_path))
+    job = executed.Job({"launches": []}, b"", "", {"part": "taken"}, gpu="GPU-x")
+    folder = batcher._folder(job)
+    rid = f"{1:020d}-{os.getpid()}-1"
+    executed._write_json(os.path.join(folder, rid + ".job"), executed._job_record(job))
+    executed._write_json(os.path.join(folder, rid + ".result"), {"sass": None, "why": "done"})
+    removed = []
+    real_unlink = os.unlink
+    monkeypatch.setattr(executed.os, "unlink", lambda p: (removed.append(os.path.basename(p)), real_unlink(p)))
+    assert executed._take_result(os.path.join(folder, rid + ".result")).why == "done"
+    assert removed == [rid + ".job", rid + ".result"]
+    # the holder listed the request just before it was taken
+    real_listdir = os.listdir
+    monkeypatch.setattr(executed.os, "listdir", lambda d: [*real_listdir(d), rid + ".job"])
+    batcher._drain(folder)
+    assert not [n for n in real_listdir(folder) if n.startswith(rid)] and not os.path.exists(log)
+
+
 FAKE_H200 = hardware.Device(present=True, driver_name="NVIDIA H200", spec=hardware.SPECS["H200"], row_note="test",
                             uuid="GPU-test", sm_count=132)
 
