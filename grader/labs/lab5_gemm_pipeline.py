@@ -10,10 +10,12 @@ notebook (the notebook's markdown states every rule these functions apply):
   ``producer_stuck``, ``consumer_stuck`` (the load index at which that side waits forever, or
   None) and ``early`` (the sorted list of ``(side, load)`` whose wait returned before the event it
   stands for), from a fixed round-by-round simulation of one producer and one consumer.
-- Part b, registers: ``setmaxnreg_check(roles, launch_regs, targets) -> dict`` with keys
-  ``pool`` and ``after`` (registers of the CTA before and after the setmaxnreg instructions) and
-  ``problem`` (the first broken rule, one of ``PROBLEMS``, or None); ``targets`` maps a role to
-  ``(action, count)``, action "inc" or "dec". ``accumulator_fit(block_m, block_n, consumers,
+- Part b, registers: ``setmaxnreg_plan(roles, launch_regs, producer_need) -> dict | None``:
+  ``{"producer": ("dec", p), "consumer": ("inc", c)}`` with ``p`` the smallest legal setmaxnreg
+  count that covers ``producer_need`` and ``c`` the largest legal count every consumer warpgroup
+  can take from the CTA's pool; None when the kernel cannot be compiled or launched for
+  ``launch_regs``, when ``p`` is above the registers a thread holds, or when ``c`` is not above
+  them (the notebook states the hardware facts, not this procedure). ``accumulator_fit(block_m, block_n, consumers,
   regs, headroom) -> dict`` with keys ``acc_regs`` (fp32 accumulator registers per consumer
   thread), ``wgmmas_per_k16`` (m64nN instructions per consumer and k16 step) and ``fits``.
 - Part c, the tile scheduler: ``grouped_tile(t, m_tiles, n_tiles, group) -> (m, n)`` (grouped
@@ -53,7 +55,6 @@ SM_REGISTERS = 65536             # 32-bit registers in one SM's register file
 MAX_THREAD_REGS = 255            # most registers a kernel can be compiled with, per thread
 REG_STEP = 8                     # registers are handed to a warp 256 at a time: 8 per thread
 SETMAXNREG_RANGE = (24, 256)     # setmaxnreg counts: multiples of 8 in this range (PTX ISA)
-PROBLEMS = ("launch_limit", "register_file", "bad_count", "wrong_direction", "over_pool")
 F16_BYTES = 2
 
 
@@ -102,25 +103,20 @@ def _held(launch_regs: int) -> int:
     return -(-launch_regs // REG_STEP) * REG_STEP
 
 
-def ref_setmaxnreg_check(roles, launch_regs: int, targets: dict) -> dict:
+def ref_setmaxnreg_plan(roles, launch_regs: int, producer_need: int) -> dict | None:
+    if launch_regs > MAX_THREAD_REGS:
+        return None
     held = _held(launch_regs)
     pool = WARPGROUP * len(roles) * held
-    after = sum(WARPGROUP * (targets[r][1] if r in targets else held) for r in roles)
-    used = [tuple(targets[r]) for r in dict.fromkeys(roles) if r in targets]
     lo, hi = SETMAXNREG_RANGE
-    if launch_regs > MAX_THREAD_REGS:
-        problem = "launch_limit"
-    elif pool > SM_REGISTERS:
-        problem = "register_file"
-    elif any(n % REG_STEP or not lo <= n <= hi for _, n in used):
-        problem = "bad_count"
-    elif any((a == "dec" and n > held) or (a == "inc" and n < held) for a, n in used):
-        problem = "wrong_direction"
-    elif after > pool:
-        problem = "over_pool"
-    else:
-        problem = None
-    return {"pool": pool, "after": after, "problem": problem}
+    producer = max(lo, _held(producer_need))
+    if pool > SM_REGISTERS or producer > held:
+        return None
+    left = pool - WARPGROUP * roles.count("producer") * producer
+    consumer = min(hi, left // (WARPGROUP * roles.count("consumer")) // REG_STEP * REG_STEP)
+    if consumer <= held:
+        return None
+    return {"producer": ("dec", producer), "consumer": ("inc", consumer)}
 
 
 def ref_accumulator_fit(block_m: int, block_n: int, consumers: int, regs: int, headroom: int) -> dict:
@@ -212,20 +208,17 @@ WS = ["producer", "consumer", "consumer"]
 
 
 def regs_cases(ctx: Context) -> list[tuple]:
-    good = {"producer": ["dec", 40], "consumer": ["inc", 232]}
-    cases = [("check", (WS, 168, good)),                                            # legal, pool used exactly
-             ("check", (WS, 168, {"producer": ["dec", 40], "consumer": ["inc", 240]})),   # over the pool
-             ("check", (WS, 176, good)),                                            # cannot launch
-             ("check", (WS, 168, {"producer": ["inc", 40], "consumer": ["inc", 232]})),   # wrong direction
-             ("check", (WS, 168, {"producer": ["dec", 40], "consumer": ["inc", 236]})),   # not a multiple of 8
-             ("check", (WS, 168, {"producer": ["dec", 16], "consumer": ["inc", 232]})),   # below 24
-             ("check", (WS, 168, {"consumer": ["inc", 232]})),                      # the producer kept 168
-             ("check", (WS, 162, good)),                                            # 162 holds 168
-             ("check", (["producer", "consumer"], 256, {"producer": ["dec", 24], "consumer": ["inc", 256]})),
-             ("check", (["producer", "consumer"], 240, {"producer": ["dec", 24], "consumer": ["inc", 256]})),
-             ("check", (["producer", "consumer", "consumer", "consumer"], 128,
-                        {"producer": ["dec", 24], "consumer": ["inc", 160]})),
-             ("check", (["consumer", "consumer"], 200, {})),
+    cases = [("plan", (WS, 168, 40)),                       # the kernels' plan: the pool used exactly
+             ("plan", (WS, 162, 40)),                       # 162 registers hold 168
+             ("plan", (WS, 168, 20)),                       # no count below 24
+             ("plan", (WS, 168, 33)),                       # a need between multiples of 8
+             ("plan", (WS, 176, 40)),                       # the CTA cannot launch
+             ("plan", (WS, 168, 170)),                      # the producer would have to grow
+             ("plan", (["producer", "consumer"], 240, 24)),   # capped at 256
+             ("plan", (["producer", "consumer"], 256, 24)),   # no kernel with 256 per thread
+             ("plan", (["producer", "consumer", "consumer", "consumer"], 128, 24)),
+             ("plan", (["consumer", "producer", "consumer"], 96, 56)),
+             ("plan", (["producer", "producer", "consumer"], 168, 168)),   # nothing to gain
              ("fit", (128, 256, 2, 232, 32)), ("fit", (128, 256, 1, 232, 32)),
              ("fit", (128, 128, 1, 168, 32)), ("fit", (256, 128, 2, 232, 32)),
              ("fit", (64, 256, 1, 240, 24)), ("fit", (192, 256, 3, 160, 32)),
@@ -233,32 +226,20 @@ def regs_cases(ctx: Context) -> list[tuple]:
     r = inputs.rng(LAB, ctx.part.id, ctx.seed)
     for i in range(_hidden(ctx)):
         if i % 2 == 0:
-            consumers = r.randint(1, 3)
-            roles = ["producer"] + ["consumer"] * consumers
-            if r.random() < 0.3:
-                roles = roles[::-1]
+            roles = ["producer"] * r.choice([1, 1, 1, 2]) + ["consumer"] * r.randint(1, 3)
+            r.shuffle(roles)
             w = len(roles)
-            spare = SM_REGISTERS // (WARPGROUP * w) // 8 * 8       # the most a thread can launch with
-            launch = min(255, r.choice([spare, spare, spare - 8 * r.randint(0, 8), r.randint(24, spare)]))
-            held = _held(launch)
-            prod = r.choice([24, 32, 40, 56, r.randint(20, 60)])
-            free = (held * w - prod) // (w - 1) // 8 * 8            # the most a consumer can take
-            cons = r.choice([free, free, free + 8, held + 8 * r.randint(-2, 10), r.randint(held - 20, held + 80)])
-            targets = {"producer": [r.choice(["dec", "dec", "dec", "inc"]), prod],
-                       "consumer": [r.choice(["inc", "inc", "inc", "dec"]), cons]}
-            if r.random() < 0.15:
-                del targets[r.choice(["producer", "consumer"])]
-            if r.random() < 0.2:
-                launch = spare + 8 * r.randint(0, 4)
-            cases.append(("check", (roles, launch, targets)))
+            spare = SM_REGISTERS // (WARPGROUP * w) // REG_STEP * REG_STEP   # the most a thread can launch with
+            launch = min(MAX_THREAD_REGS + r.choice([0, 0, 0, 1]),
+                         r.choice([spare, spare, spare - r.randint(1, 60), r.randint(24, spare + 16)]))
+            need = r.choice([24, 32, 40, r.randint(1, 64), r.randint(20, 200)])
+            cases.append(("plan", (roles, launch, need)))
         else:
             consumers = r.randint(1, 4)
             block_m = 64 * consumers * r.randint(1, 2)
             cases.append(("fit", (block_m, 8 * r.randint(1, 32), consumers, 8 * r.randint(3, 32),
                                   r.choice([0, 16, 24, 32, 40]))))
     return cases
-
-
 
 
 # ---------------------------------------------------------------- part c: the tile scheduler
@@ -329,8 +310,8 @@ QUESTIONS = {   # CPU questions declared as data: graded by grading.grade_questi
                 "run": ("stages", "loads", "producer_start", "consumer_start")}),
     "b_regs": grading.Question(
         regs_cases,
-        answers={"check": ref_setmaxnreg_check, "fit": ref_accumulator_fit},
-        params={"check": ("roles", "launch_regs", "targets"),
+        answers={"plan": ref_setmaxnreg_plan, "fit": ref_accumulator_fit},
+        params={"plan": ("roles", "launch_regs", "producer_need"),
                 "fit": ("block_m", "block_n", "consumers", "regs", "headroom")}),
     "c_sched": grading.Question(
         sched_cases,

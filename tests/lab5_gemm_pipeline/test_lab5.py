@@ -24,7 +24,6 @@ LAB_SPEC = spec.load(LAB)
 SOLUTION = ("solutions", LAB, "lab5_gemm_pipeline.ipynb")
 CPU_PARTS = [p.id for p in LAB_SPEC.parts if p.kind == "function"]
 MIB = 1 << 20
-PLAN = {"producer": ["dec", 40], "consumer": ["inc", 232]}
 WS = ["producer", "consumer", "consumer"]
 
 
@@ -71,22 +70,25 @@ def test_ring_run_conventions():
 
 # ---------------------------------------------------------------- part b: hand-worked
 
-@pytest.mark.parametrize("roles, launch, targets, expected", [
-    (WS, 168, PLAN, (64512, 64512, None)),                                    # 3 x 128 x 168 = 40 + 2 x 232
-    (WS, 168, {"producer": ["dec", 40], "consumer": ["inc", 240]}, (64512, 66560, "over_pool")),
-    (WS, 176, PLAN, (67584, 64512, "register_file")),
-    (WS, 168, {"producer": ["inc", 40], "consumer": ["inc", 232]}, (64512, 64512, "wrong_direction")),
-    (WS, 168, {"producer": ["dec", 40], "consumer": ["inc", 236]}, (64512, 65536, "bad_count")),
-    (WS, 168, {"producer": ["dec", 16], "consumer": ["inc", 232]}, (64512, 61440, "bad_count")),
-    (WS, 168, {"consumer": ["inc", 232]}, (64512, 80896, "over_pool")),       # forgot the producer's dec
-    (WS, 162, PLAN, (64512, 64512, None)),                                    # 162 registers hold 168
-    (["producer", "consumer"], 256, {"producer": ["dec", 24], "consumer": ["inc", 256]},
-     (65536, 35840, "launch_limit")),
-    (["consumer", "consumer"], 200, {}, (51200, 51200, None)),
+def _plan(p, c):
+    return {"producer": ("dec", p), "consumer": ("inc", c)}
+
+
+@pytest.mark.parametrize("roles, launch, need, expected", [
+    (WS, 168, 40, _plan(40, 232)),                     # 3 x 128 x 168 = 40 + 2 x 232: the kernels' plan
+    (WS, 162, 40, _plan(40, 232)),                     # 162 registers hold 168
+    (WS, 168, 33, _plan(40, 232)),                     # a need rounds up to a multiple of 8
+    (WS, 168, 8, _plan(24, 240)),                      # no count below 24
+    (WS, 160, 24, _plan(24, 228 // 8 * 8)),            # (3 x 160 - 24) / 2 = 228: down to 224
+    (WS, 176, 40, None),                               # 3 x 128 x 176 > 65536: no launch
+    (WS, 168, 176, None),                              # the producer cannot grow with a .dec
+    (["producer", "consumer"], 240, 24, _plan(24, 256)),   # 456 left, but at most 256
+    (["producer", "consumer"], 256, 24, None),         # no kernel is compiled for 256
+    (["producer", "producer", "consumer"], 168, 168, None),   # the consumer gains nothing
+    (["consumer", "producer", "consumer", "consumer"], 128, 24, _plan(24, 160)),
 ])
-def test_setmaxnreg_rules(roles, launch, targets, expected):
-    got = L.ref_setmaxnreg_check(roles, launch, targets)
-    assert (got["pool"], got["after"], got["problem"]) == expected
+def test_setmaxnreg_plans(roles, launch, need, expected):
+    assert L.ref_setmaxnreg_plan(roles, launch, need) == expected
 
 
 def test_accumulators_of_one_and_two_consumers():
@@ -234,18 +236,20 @@ def no_early_waits(stages, loads, producer_start, consumer_start):
     return dict(L.ref_ring_run(stages, loads, producer_start, consumer_start), early=[])
 
 
-def no_rounding(roles, launch_regs, targets):
+def no_rounding(roles, launch_regs, producer_need):
     """Takes the compiled count as the registers held (162 holds 168, not 162)."""
-    got = L.ref_setmaxnreg_check(roles, 8 * math.ceil(launch_regs / 8), targets)
-    pool = 128 * len(roles) * launch_regs
-    after = sum(128 * (targets[r][1] if r in targets else launch_regs) for r in roles)
-    return dict(got, pool=pool, after=after)
+    if launch_regs % 8 == 0:
+        return L.ref_setmaxnreg_plan(roles, launch_regs, producer_need)
+    return L.ref_setmaxnreg_plan(roles, launch_regs - launch_regs % 8, producer_need)
 
 
-def direction_unchecked(roles, launch_regs, targets):
-    got = L.ref_setmaxnreg_check(roles, launch_regs, targets)
-    if got["problem"] == "wrong_direction":
-        got["problem"] = "over_pool" if got["after"] > got["pool"] else None
+def no_cap(roles, launch_regs, producer_need):
+    """Forgets that setmaxnreg counts stop at 256."""
+    got = L.ref_setmaxnreg_plan(roles, launch_regs, producer_need)
+    if got and got["consumer"][1] == 256:
+        held = 8 * math.ceil(launch_regs / 8)
+        left = 128 * len(roles) * held - 128 * roles.count("producer") * got["producer"][1]
+        got = dict(got, consumer=("inc", left // (128 * roles.count("consumer")) // 8 * 8))
     return got
 
 
@@ -297,8 +301,8 @@ WRONG = [
     ("a_ring", "persistent_waits", off_by_one_parity),
     ("a_ring", "ring_run", fresh_barrier_blocks),
     ("a_ring", "ring_run", no_early_waits),
-    ("b_regs", "setmaxnreg_check", no_rounding),
-    ("b_regs", "setmaxnreg_check", direction_unchecked),
+    ("b_regs", "setmaxnreg_plan", no_rounding),
+    ("b_regs", "setmaxnreg_plan", no_cap),
     ("b_regs", "accumulator_fit", whole_tile_per_consumer),
     ("c_sched", "grouped_tile", row_major),
     ("c_sched", "grouped_tile", tail_group_as_full),
