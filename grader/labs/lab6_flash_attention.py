@@ -30,7 +30,8 @@
   "tx_bytes"}`` (the 4D view [B, S, Hq, D] of Q); ``attention_cost(batch, seq_q, seq_k, heads_q,
   heads_kv, head_dim, causal) -> {"flops", "bytes", "score_bytes"}`` (flops and bytes:
   ``grader.problems.attention_flops`` and ``attention_work``).
-- Part d, budgets: ``register_split(warpgroups, fixed) -> {"launch", "pool", "share"}``;
+- Part d, budgets: ``register_split(warpgroups, fixed) -> {"launch", "pool", "share"}`` (the
+  notebook refers to Lab 5 part b for the register rules rather than restating the procedure);
   ``consumer_registers(block_m, block_n, head_dim, consumers) -> {"s", "p", "o", "total"}``;
   ``tmem_columns(block_n, head_dim, q_stages) -> {"S", "P", "O", "used", "alloc", "fits"}``;
   ``barrier_counts(arch, block_m, block_n, head_dim, consumers) -> {barrier: (arrivals,
