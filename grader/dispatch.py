@@ -35,6 +35,12 @@ def desc_fields(lab: str, part_id: str):
     return _hook(lab, "DESC_FIELDS").get(part_id)
 
 
+def acc_places(lab: str, part_id: str):
+    """Where a build part's epilogue must store each accumulator register: the lab module's
+    ``ACC_PLACES`` (hashed in the student edition's table); None if none."""
+    return _hook(lab, "ACC_PLACES").get(part_id)
+
+
 def lab_graders(lab: str) -> dict[str, Callable[..., Outcome]]:
     """The lab module's ``GRADERS``: its own grading functions."""
     return _hook(lab, "GRADERS")
@@ -72,6 +78,8 @@ def grade(lab: str, part_id: str, module, ctx: Context, lower: Callable | None =
     fn = grading_function(lab, ctx.part)
     if ctx.desc_fields is None and "wgmma_desc_fields" in ctx.part.mechanisms:
         ctx = dataclasses.replace(ctx, desc_fields=desc_fields(lab, ctx.part.id))
+    if ctx.acc_places is None and "wgmma_epilogue_places" in ctx.part.mechanisms:
+        ctx = dataclasses.replace(ctx, acc_places=acc_places(lab, ctx.part.id))
     if lower is not None and fn is runners.kernel_part:
         return runners.kernel_part(module, ctx, runners.Env(lower=lower, prefetch=getattr(lower, "prefetch", None)))
     return fn(module, ctx)

@@ -317,6 +317,8 @@ def build_part(module, ctx: Context, extra: Callable | None = None, texts: Calla
                 listings, named = listings[0], EVIDENCE.get(listings[1], listings[1])
             if "wgmma_desc_fields" in ctx.part.mechanisms:
                 listings = dict(listings, desc_fields=ctx.desc_fields)
+            if "wgmma_epilogue_places" in ctx.part.mechanisms:
+                listings = dict(listings, acc_places=ctx.acc_places)
             idle = degenerate(art, listings, ctx.part.mechanisms)
             if idle:
                 scores.append(0.0)

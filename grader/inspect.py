@@ -368,6 +368,31 @@ def _desc_fields(m: Mechanism, texts: dict) -> CheckResult:
     return CheckResult(m.name, True, len(found), f"{m.description}: ok (each of {names}; encoded: {shown})")
 
 
+def _epilogue_places(m: Mechanism, texts: dict) -> CheckResult:
+    """``wgmma_epilogue_places``: the epilogue stores every accumulator register of CTA 0's threads
+    at the element of the output the wgmma fragment gives it, read from the CUDA source by following
+    the index arithmetic thread by thread (grader/fragment.py). The answer comes with the texts
+    (``acc_places``), from the lab module, or hashed per thread in the student edition. A kernel
+    whose epilogue this reading cannot follow is not checked here (its correctness part still runs
+    it on a GPU)."""
+    from . import fragment
+    places = texts.get("acc_places")
+    if places is None:
+        return CheckResult(m.name, True, 0, f"{m.description}: checked by the course grader (no fragment given "
+                                            "to this check)")
+    cuda = texts.get("cuda", "")
+    if not cuda:
+        return CheckResult(m.name, False, 0, f"{m.description}: no CUDA source to inspect")
+    ok, said = fragment.check_places(cuda, places)
+    if ok is None:
+        return CheckResult(m.name, True, 0, f"{m.description}: {said}")
+    if not ok:
+        return CheckResult(m.name, False, 0, (
+            f"{m.description}: WRONG ({said}. Your part a mapping, wgmma_acc_coord, is the map the "
+            "epilogue must follow; on a GPU such a kernel writes a permuted D)"))
+    return CheckResult(m.name, True, places.threads, f"{m.description}: ok ({said})")
+
+
 def _descriptors(m: Mechanism, texts: dict, read, none: str):
     """(what ``read`` finds in the CUDA source, None), or ([], the failing result) where there is
     no source or nothing is found (``none`` says what is missing)."""
@@ -532,6 +557,9 @@ MECHANISMS = {m.name: m for m in [
               r"\bHGMMA\.\S+\s+R\d+,\s*R\d+,\s*gdesc\["),
     Mechanism("wgmma_desc_fields", "wgmma descriptors with the fields of the step's operand tiles (LBO, SBO, "
               "swizzle of each tile, read from the CUDA source)", "cuda", "", custom=_desc_fields),
+    Mechanism("wgmma_epilogue_places", "an epilogue that stores each wgmma accumulator register at its element "
+              "of D (CTA 0's threads, the index arithmetic of the CUDA source followed thread by thread)", "cuda", "",
+              custom=_epilogue_places),
     Mechanism("wgmma_b_mn_major", "wgmma reading an MN-major B (every HGMMA's descriptor with .tnspB)", "sass", "",
               custom=_b_mn_major),
     Mechanism("named_barrier_arrive", "arrivals on a named barrier without waiting (bar.arrive: BAR.ARV id, "

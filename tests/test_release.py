@@ -375,6 +375,31 @@ def test_the_descriptor_tiles_of_lab4s_build_parts_are_sealed_in_the_table():
             assert "wgmma_desc_fields" in part.mechanisms, part.id
 
 
+def test_the_editions_build_check_reads_the_sealed_accumulator_places(root, edition, tmp_path):
+    """In the edition, Lab 4's Hopper build parts check where the epilogue stores each accumulator
+    register against the places hashed in its table: the reference passes, a transposed epilogue
+    fails, on a machine without a GPU; the table does not hold the places."""
+    lab = "lab4_gemm"
+    table = release.record_lab(lab, progress=lambda *a: None)
+    assert set(table["acc_places"]) == {f"s{s}_build_sm90" for s in (1, 2, 3)}
+    for entry in table["acc_places"].values():      # hashes and salts only: no offset in the table
+        assert set(entry) == {"cols", "regs", "seals"} and len(entry["seals"]) == 128
+        assert all(set(seal) == {"__sealed__", "salt"} for seal in entry["seals"])
+    pasted = _paste_reference(root, edition, lab, str(tmp_path / "pasted"))
+    good = _check_in_edition(edition, pasted, lab, ["s1_build_sm90"])["s1_build_sm90"]
+    assert good[0] == "passed" and "each of 128 threads stores its 128 registers" in good[1], good
+    with open(pasted) as f:
+        nb = json.load(f)
+    for c in nb["cells"]:
+        src = c["source"] if isinstance(c["source"], str) else "".join(c["source"])
+        c["source"] = src.replace("D.vstore([WGMMA_M * h + row, col], pair", "D.vstore([col, WGMMA_M * h + row], pair")
+    bad_path = str(tmp_path / "bad.ipynb")
+    with open(bad_path, "w") as f:
+        json.dump(nb, f)
+    bad = _check_in_edition(edition, bad_path, lab, ["s1_build_sm90"])["s1_build_sm90"]
+    assert bad[0] != "passed" and "threads store registers where the wgmma accumulator does not hold them" in bad[1], bad
+
+
 def test_the_editions_build_check_reads_the_sealed_descriptor_tiles(root, edition, tmp_path):
     """In the edition, Lab 4's Hopper build part checks the descriptors against the sealed tiles:
     the reference passes, a B descriptor with half its LBO fails, on a machine without a GPU."""

@@ -134,6 +134,9 @@ def record_lab(lab: str, progress=print) -> dict:
     sealed = {pid: tables_mod.seal_tiles(pid, tiles) for pid, tiles in getattr(lab_module, "DESC_FIELDS", {}).items()}
     if sealed:
         table["desc_fields"] = sealed          # the build parts' descriptor tiles, hashed (tables.SealedTile)
+    places = {pid: tables_mod.seal_places(pid, p) for pid, p in getattr(lab_module, "ACC_PLACES", {}).items()}
+    if places:
+        table["acc_places"] = places           # the epilogues' accumulator places, hashed (tables.SealedPlaces)
     for part in lab_spec.parts:
         entry = None
         if not part.needs_gpu and part.kind in ("function", "artifact") and (part.id in own or part.id in questions):
@@ -407,10 +410,11 @@ STUB = '''\
 """{title}: the student edition's grading (written by `python -m grader release`).
 
 The public cases of the CPU parts are graded from grader/public/{lab}.json; see grader/edition/tables.py."""
-from ..edition.tables import sealed_desc_fields, table_graders
+from ..edition.tables import sealed_acc_places, sealed_desc_fields, table_graders
 
 GRADERS = table_graders("{lab}")
 DESC_FIELDS = sealed_desc_fields("{lab}")      # the build parts' wgmma descriptor tiles, hashed
+ACC_PLACES = sealed_acc_places("{lab}")        # the epilogues' accumulator places, hashed per thread
 '''
 
 

@@ -139,6 +139,31 @@ def seal_tiles(part_id: str, tiles: list) -> list:
             for name, pattern in tiles]
 
 
+class SealedPlaces:
+    """A build part's accumulator places (the check ``wgmma_epilogue_places``, fragment.Places) as
+    the edition holds them: each thread's list of output offsets hashed, so that ``fits(thread,
+    got)`` tells right from wrong without the table holding the fragment."""
+
+    def __init__(self, cols: int, regs: int, seals: list):
+        self.cols, self.regs, self.seals = cols, regs, seals
+        self.threads = len(seals)
+
+    def fits(self, thread: int, got: list) -> bool:
+        return self.seals[thread].matches(got)
+
+
+def seal_places(part_id: str, places) -> dict:
+    """The course grader's ``ACC_PLACES`` of one part as the edition's table holds it."""
+    return {"cols": places.cols, "regs": places.regs,
+            "seals": [encode(Sealed.of(places.offsets[t], _salt(part_id, "acc", t))) for t in range(places.threads)]}
+
+
+def sealed_acc_places(lab: str) -> dict:
+    """The edition's ``ACC_PLACES`` of a lab: part id -> SealedPlaces, from its table."""
+    return {part: SealedPlaces(e["cols"], e["regs"], [decode(s) for s in e["seals"]])
+            for part, e in load_table(lab).get("acc_places", {}).items()}
+
+
 def sealed_desc_fields(lab: str) -> dict:
     """The edition's ``DESC_FIELDS`` of a lab: part id -> [(name, SealedTile)], from its table."""
     entries = load_table(lab).get("desc_fields", {})

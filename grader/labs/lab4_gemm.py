@@ -264,6 +264,22 @@ QUESTIONS = {   # CPU questions declared as data: graded by grading.grade_questi
 _TILE_FIELDS = [("A (K-major)", (None,) + ref_desc_fields(128)[1:]), ("B (N-major)", ref_desc_fields_mn(128, 64))]
 DESC_FIELDS = {f"s{step}_build_sm90": _TILE_FIELDS for step in (1, 2, 3, 4)}
 
+
+def _acc_places(part_id: str):
+    """Where CTA 0's epilogue stores each accumulator register (the check "wgmma_epilogue_places")
+    of a step that writes D from registers: register k = 64 h + i of thread t (the kernels' acc[h *
+    ACC + i], register i of the m64 half h) holds D[64 h + row][col], (row, col) = ref_acc_coord(t,
+    i), at the part's build shape. Course grader only, as DESC_FIELDS."""
+    from .. import spec
+    from ..fragment import Places
+    cols = spec.load(LAB).part(part_id).params["N"]
+    coord = [[ref_acc_coord(t, i) for i in range(64)] for t in range(128)]
+    return Places([[(64 * (k // 64) + coord[t][k % 64][0]) * cols + coord[t][k % 64][1] for k in range(128)]
+                   for t in range(128)], cols)
+
+
+ACC_PLACES = {f"s{step}_build_sm90": _acc_places(f"s{step}_build_sm90") for step in (1, 2, 3)}
+
 GRADERS = {
     "sass_hazard": build_checks.accumulator_hazard,
     # s1..s4_build_sm90/_sm100: the default build runner (grading.build_part);

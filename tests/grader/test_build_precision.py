@@ -429,3 +429,19 @@ def test_a_lab4_kernel_whose_b_descriptor_has_the_wrong_lbo_fails_its_build_part
     assert r.verdict == report.FAILED and r.points == 0, r.message
     assert "no descriptor has the fields of B (N-major). Encoded: (1, 64, 3) x 8, (256, 64, 3) x 8" in r.message, \
         r.message
+
+
+@pytest.mark.slow
+def test_a_lab4_epilogue_that_transposes_the_fragment_fails_its_build_parts_on_a_cpu(root, edit, tmp_path, device):
+    """An epilogue that stores register (row, col) at (col, row) compiles, runs and writes a wrong D
+    without any error; the build parts follow its index arithmetic thread by thread."""
+    res = grade_edited(root, edit, tmp_path, device, "lab4_gemm", {
+        "D.vstore([WGMMA_M * h + row, col], pair": "D.vstore([col, WGMMA_M * h + row], pair",
+        "D.vstore([m_st + WGMMA_M * h + row, n_st + col], pair": "D.vstore([m_st + col, n_st + WGMMA_M * h + row], pair"},
+        ["s1_build_sm90", "s2_build_sm90", "s3_build_sm90"], "sm_90a")
+    for part_id, r in res.items():
+        assert r.verdict == report.FAILED and r.points == 0, (part_id, r.message)
+        assert "threads store registers where the wgmma accumulator does not hold them" in r.message, r.message
+    good = grade_edited(root, edit, tmp_path / "good", device, "lab4_gemm", {"ACC = ": "ACC = "}, ["s3_build_sm90"],
+                        "sm_90a")["s3_build_sm90"]
+    assert good.verdict == report.PASSED and "each of 128 threads stores its 128 registers" in good.message

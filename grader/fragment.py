@@ -1,0 +1,414 @@
+"""Where a kernel's epilogue puts each accumulator register, read from the CUDA source the grader
+compiled, without a GPU.
+
+TIRx writes the epilogue of a register-accumulator kernel as plain statements: integer index
+arithmetic on ``threadIdx``/``blockIdx``, ``pair[j] = ((half)acc[k]);`` conversions and stores
+into the output pointer (``*(half2*)(D_ptr + offset) = *(half2*)(pair_ptr + 0);``). This module
+follows those statements, thread by thread, through the kernel's loops and branches (integer
+declarations, ``for`` loops with constant bounds, ``if`` on integers) and records which
+accumulator register each stored element came from. Everything else in the kernel is passed over.
+
+Nothing is executed: expressions are parsed by the small integer-expression reader below (no
+``eval``), which knows C's integer operators, casts, ``min``/``max`` and ``__shfl_sync`` and
+refuses anything else (``Unknown``): a kernel whose epilogue leaves that subset is "not checked".
+"""
+from __future__ import annotations
+
+import re
+
+THREAD_NAMES = {"threadIdx.x": "x", "threadIdx.y": "y", "threadIdx.z": "z"}
+BLOCK_NAMES = ("blockIdx.x", "blockIdx.y", "blockIdx.z")
+TYPES = {"int", "uint", "unsigned", "int32_t", "uint32_t", "int64_t", "uint64_t", "long", "short", "char",
+         "bool", "half", "float", "signed"}
+MAX_LINE = 4000          # a longer line is not read (the patterns below would backtrack on it)
+MAX_STEPS = 400_000      # statements followed for all threads together: beyond, not checked
+WIDTHS = {"half": 1, "half2": 2, "uint1": 2, "uint2": 4, "uint4": 8, "float2": None, "float4": None}
+
+
+class Unknown(Exception):
+    """An expression or statement outside the subset this module follows."""
+
+
+# ---------------------------------------------------------------- integer expressions
+
+_TOKEN = re.compile(r"\s*(?:(0[xX][0-9a-fA-F]+|\d+)[uUlL]*|([A-Za-z_]\w*(?:\.[xyz])?)|"
+                    r"(<<|>>|<=|>=|==|!=|&&|\|\||[-+*/%&|^<>()!~,?:\[\]]))")
+
+
+def _tokens(text: str) -> list:
+    out, pos = [], 0
+    text = text.strip()
+    while pos < len(text):
+        m = _TOKEN.match(text, pos)
+        if not m or m.end() == pos:
+            raise Unknown(f"cannot read {text[pos:pos + 20]!r}")
+        num, name, op = m.groups()
+        out.append(("num", int(num, 0)) if num else ("name", name) if name else ("op", op))
+        pos = m.end()
+        while pos < len(text) and text[pos].isspace():
+            pos += 1
+    return out
+
+
+def _cdiv(a: int, b: int) -> int:
+    if b == 0:
+        raise Unknown("division by zero")
+    q = abs(a) // abs(b)
+    return q if (a >= 0) == (b >= 0) else -q
+
+
+def _cmod(a: int, b: int) -> int:
+    return a - b * _cdiv(a, b)
+
+
+_BINARY = [  # lowest precedence first
+    {"||": lambda a, b: int(bool(a) or bool(b))},
+    {"&&": lambda a, b: int(bool(a) and bool(b))},
+    {"|": lambda a, b: a | b},
+    {"^": lambda a, b: a ^ b},
+    {"&": lambda a, b: a & b},
+    {"==": lambda a, b: int(a == b), "!=": lambda a, b: int(a != b)},
+    {"<": lambda a, b: int(a < b), ">": lambda a, b: int(a > b), "<=": lambda a, b: int(a <= b),
+     ">=": lambda a, b: int(a >= b)},
+    {"<<": lambda a, b: a << b, ">>": lambda a, b: a >> b},
+    {"+": lambda a, b: a + b, "-": lambda a, b: a - b},
+    {"*": lambda a, b: a * b, "/": _cdiv, "%": _cmod},
+]
+
+
+class _Parser:
+    """Recursive descent over the tokens of one expression; returns a function of the thread's
+    environment (a dict of names to ints, with the thread index under ``threadIdx.x``)."""
+
+    def __init__(self, text: str):
+        self.toks, self.i = _tokens(text), 0
+
+    def parse(self):
+        fn = self.ternary()
+        if self.i != len(self.toks):
+            raise Unknown(f"unexpected {self.toks[self.i][1]!r}")
+        return fn
+
+    def peek(self):
+        return self.toks[self.i] if self.i < len(self.toks) else ("end", None)
+
+    def take(self, op=None):
+        tok = self.peek()
+        if op is not None and tok != ("op", op):
+            raise Unknown(f"expected {op!r}, found {tok[1]!r}")
+        self.i += 1
+        return tok
+
+    def ternary(self):
+        cond = self.binary(0)
+        if self.peek() == ("op", "?"):
+            self.take("?")
+            yes = self.ternary()
+            self.take(":")
+            no = self.ternary()
+            return lambda env: yes(env) if cond(env) else no(env)
+        return cond
+
+    def binary(self, level):
+        if level == len(_BINARY):
+            return self.unary()
+        left = self.binary(level + 1)
+        while self.peek()[0] == "op" and self.peek()[1] in _BINARY[level]:
+            f = _BINARY[level][self.take()[1]]
+            right = self.binary(level + 1)
+            left = (lambda f, a, b: lambda env: f(a(env), b(env)))(f, left, right)
+        return left
+
+    def unary(self):
+        tok = self.peek()
+        if tok in (("op", "-"), ("op", "!"), ("op", "~"), ("op", "+")):
+            self.take()
+            inner = self.unary()
+            return {"-": lambda env: -inner(env), "!": lambda env: int(not inner(env)),
+                    "~": lambda env: ~inner(env), "+": inner}[tok[1]]
+        if tok == ("op", "(") and self._is_cast():
+            self.i += 3 if self.toks[self.i + 2] == ("op", ")") else 4
+            return self.unary()
+        return self.primary()
+
+    def _is_cast(self) -> bool:
+        t = self.toks
+        i = self.i
+        if i + 2 < len(t) and t[i + 1][0] == "name" and t[i + 1][1] in TYPES:
+            if t[i + 2] == ("op", ")"):
+                return True
+            return i + 3 < len(t) and t[i + 2][0] == "name" and t[i + 2][1] in TYPES and t[i + 3] == ("op", ")")
+        return False
+
+    def primary(self):
+        kind, val = self.take()
+        if kind == "num":
+            return lambda env: val
+        if kind == "op" and val == "(":
+            inner = self.ternary()
+            self.take(")")
+            return inner
+        if kind != "name":
+            raise Unknown(f"unexpected {val!r}")
+        if self.peek() == ("op", "("):
+            return self.call(val)
+        if self.peek() == ("op", "["):
+            raise Unknown(f"an array element ({val}[...]) in an index")
+        return lambda env: _lookup(env, val)
+
+    def call(self, name):
+        self.take("(")
+        args = []
+        while self.peek() != ("op", ")"):
+            args.append(self.ternary())
+            if self.peek() == ("op", ","):
+                self.take(",")
+        self.take(")")
+        if name in ("min", "max") and len(args) == 2:
+            f = min if name == "min" else max
+            return lambda env: f(args[0](env), args[1](env))
+        if name == "__shfl_sync" and len(args) == 4:
+            value, lane, width = args[1], args[2], args[3]
+
+            def shfl(env):
+                w = width(env)
+                if w <= 0 or w & (w - 1):
+                    raise Unknown("__shfl_sync width")
+                src = dict(env, **{"threadIdx.x": (env["threadIdx.x"] & ~(w - 1)) + lane(env)})
+                return value({k: v for k, v in src.items() if k in THREAD_NAMES or k in BLOCK_NAMES})
+            return shfl
+        raise Unknown(f"a call of {name}")
+
+
+def _lookup(env: dict, name: str) -> int:
+    try:
+        v = env[name]
+    except KeyError:
+        raise Unknown(f"{name} is not a value this check follows") from None
+    if v is None:
+        raise Unknown(f"{name} is not a value this check follows")
+    return v
+
+
+def expression(text: str):
+    """A function of the environment computing the C integer expression ``text`` (``Unknown`` if
+    it is outside the subset)."""
+    return _Parser(text).parse()
+
+
+# ---------------------------------------------------------------- statements
+
+_FOR = re.compile(r"for \((?:int|int64_t) (\w+) = (.+); \1 < (.+); \+\+\1\) \{$")
+_IF = re.compile(r"if \((.+)\) \{$")
+_DECL = re.compile(r"(?:int|uint|int32_t|uint32_t|int64_t|long|unsigned int) (\w+) = (.+);$")
+_ASSIGN = re.compile(r"(\w+) = (.+);$")
+_CONVERT = re.compile(r"(\w+)\[(.+?)\] = \(\(half\)(\w+)\[(.+?)\]\);$")
+_VSTORE = re.compile(r"\*\((\w+)\*\)\((\w+) \+ (.+)\) = \*\((\w+)\*\)\((\w+) \+ (.+)\);$")
+_STORE_TARGET = re.compile(r"(?:\*\(\w+\*\)\(|\b)(\w+)(?: \+ |\[)")
+
+
+def _compile(text: str):
+    """``expression(text)``, or, outside the subset, a function that says so when it is run (a
+    statement the epilogue never reaches may hold anything)."""
+    try:
+        return expression(text)
+    except (Unknown, RecursionError) as e:
+        why = str(e) if isinstance(e, Unknown) else "an expression nested too deeply"
+
+        def refuse(env):
+            raise Unknown(why)
+        return refuse
+
+
+def _tree(lines: list, i: int, out: str):
+    """The statements from line ``i`` to the closing brace of their block: (nodes, next line)."""
+    nodes = []
+    while i < len(lines):
+        s = lines[i].strip()
+        i += 1
+        if len(s) > MAX_LINE:
+            if out in s:
+                nodes.append(("opaque", s[:80]))
+            continue
+        if s == "}":
+            return nodes, i
+        if s == "} else {":
+            return nodes, i - 1
+        m = _FOR.match(s)
+        if m:
+            body, i = _tree(lines, i, out)
+            nodes.append(("for", m.group(1), _compile(m.group(2)), _compile(m.group(3)), body, _stores(body)))
+            continue
+        m = _IF.match(s)
+        if m:
+            yes, i = _tree(lines, i, out)
+            no = []
+            if i < len(lines) and lines[i].strip() == "} else {":
+                no, i = _tree(lines, i + 1, out)
+            nodes.append(("if", _compile(m.group(1)), yes, no, _stores(yes) or _stores(no)))
+            continue
+        if s.endswith("{"):
+            body, i = _tree(lines, i, out)            # a scope of its own
+            nodes.extend(body)
+            continue
+        m = _VSTORE.match(s)
+        if m and m.group(2) == out:
+            width = WIDTHS.get(m.group(1))
+            if not width or m.group(4) != m.group(1):
+                nodes.append(("opaque", s))
+            else:
+                nodes.append(("vstore", width, _compile(m.group(3)), m.group(5), _compile(m.group(6))))
+            continue
+        m = _CONVERT.match(s)
+        if m:
+            kind = "store" if m.group(1) == out else "convert"
+            nodes.append((kind, m.group(1), _compile(m.group(2)), m.group(3), _compile(m.group(4))))
+            continue
+        m = _DECL.match(s) or _ASSIGN.match(s)
+        if m:
+            nodes.append(("int", m.group(1), _compile(m.group(2)), bool(_DECL.match(s))))
+            continue
+        t = _STORE_TARGET.match(s)
+        if t and t.group(1) == out and "=" in s and not s.startswith(("if", "for")):
+            nodes.append(("opaque", s))             # a store into the output this check cannot read
+    return nodes, i
+
+
+def _stores(nodes) -> bool:
+    """Whether ``nodes`` store into the output or convert a register (a loop's or branch's own
+    answer is computed once, when the tree is read, and kept as its last field)."""
+    return any(n[0] in ("vstore", "store", "opaque", "convert") or (n[0] in ("for", "if") and n[-1])
+               for n in nodes)
+
+
+def _run(nodes, env: dict, pairs: dict, out: list, budget: list) -> None:
+    for n in nodes:
+        budget[0] -= 1
+        if budget[0] < 0:
+            raise Unknown(f"the epilogue takes more than {MAX_STEPS} statements to follow")
+        kind = n[0]
+        if kind == "int":
+            _, name, fn, declared = n
+            if declared or name in env:
+                try:
+                    env[name] = fn(env)
+                except Unknown:
+                    env[name] = None
+        elif kind == "for":
+            _, var, lo, hi, body, has = n
+            if not has:
+                continue
+            for v in range(lo(env), hi(env)):
+                env[var] = v
+                _run(body, env, pairs, out, budget)
+        elif kind == "if":
+            _, cond, yes, no, has = n
+            if not has:
+                continue
+            _run(yes if cond(env) else no, env, pairs, out, budget)
+        elif kind == "convert":
+            _, buf, idx, src, reg = n
+            pairs[(buf, idx(env))] = (src, reg(env))
+        elif kind == "store":
+            _, _, idx, src, reg = n
+            out.append((idx(env), (src, reg(env))))
+        elif kind == "vstore":
+            _, width, idx, buf, start = n
+            base, first = idx(env), start(env)
+            for e in range(width):
+                if (buf, first + e) not in pairs:
+                    raise Unknown(f"{buf}[{first + e}] holds no converted accumulator value")
+                out.append((base + e, pairs[(buf, first + e)]))
+        elif kind == "opaque":
+            raise Unknown(f"a store this check cannot read: {n[1][:80]}")
+
+
+def kernel_body(cuda: str) -> list:
+    """The lines of the ``__global__`` function's body (the last definition in the source)."""
+    lines = cuda.splitlines()
+    starts = [i for i, s in enumerate(lines) if "__global__" in s and s.rstrip().endswith("{")]
+    if not starts:
+        raise Unknown("no __global__ function in the CUDA source")
+    return lines[starts[-1] + 1:]
+
+
+def output_pointer(cuda: str, name: str) -> str:
+    """The CUDA name of the kernel parameter ``name`` (TIRx appends ``_ptr``)."""
+    return f"{name}_ptr" if re.search(rf"\b{name}_ptr\b", cuda) else name
+
+
+def epilogue_places(cuda: str, threads: int, out: str = "D", block=(0, 0, 0)) -> dict:
+    """{thread: [(element offset, (accumulator buffer, register)), ...]}: every element the threads
+    of CTA ``block`` store into the output ``out``, in order, with the register it came from.
+    Raises ``Unknown`` where the epilogue leaves the subset this module follows."""
+    ptr = output_pointer(cuda, out)
+    try:
+        nodes, _ = _tree(kernel_body(cuda), 0, ptr)
+    except RecursionError:
+        raise Unknown("blocks nested too deeply") from None
+    if not _stores(nodes):
+        raise Unknown(f"no store into {out} converts an accumulator register")
+    places, budget = {}, [MAX_STEPS]
+    for t in range(threads):
+        env = {"threadIdx.x": t, "threadIdx.y": 0, "threadIdx.z": 0,
+               **dict(zip(BLOCK_NAMES, block))}
+        stored: list = []
+        try:
+            _run(nodes, env, {}, stored, budget)
+        except RecursionError:
+            raise Unknown("an expression nested too deeply") from None
+        places[t] = stored
+    return places
+
+
+# ---------------------------------------------------------------- the check against the fragment
+
+class Places:
+    """Where the epilogue of a build part must put each accumulator register (the course
+    grader's, from the lab module): ``offsets[t][k]`` is the element of the output, as an offset
+    from its start, that thread ``t`` of CTA 0 stores from its register ``k``; ``cols`` is the
+    output's row length (for messages). The student edition holds the same answer hashed, thread
+    by thread (grader/edition/tables.py), with the same ``threads``, ``regs``, ``cols`` and ``fits``."""
+
+    def __init__(self, offsets: list, cols: int):
+        self.offsets, self.cols = [list(o) for o in offsets], cols
+        self.threads, self.regs = len(offsets), len(offsets[0])
+
+    def fits(self, thread: int, got: list) -> bool:
+        return got == self.offsets[thread]
+
+
+def check_places(cuda: str, places, out: str = "D") -> tuple[bool | None, str]:
+    """(verdict, what was found): True when every thread of CTA 0 stores each of its ``places.regs``
+    accumulator registers once, at the element ``places`` gives it; False when one does not
+    (the message says what the kernel stores, never where it should); None where the epilogue
+    leaves the subset this module follows (not checked)."""
+    try:
+        stored = epilogue_places(cuda, places.threads, out)
+    except Unknown as e:
+        return None, f"not checked ({e})"
+    buffers = {buf for rows in stored.values() for _, (buf, _) in rows}
+    if len(buffers) != 1:
+        return None, f"not checked (the stores into {out} convert values of {len(buffers)} buffers)"
+    wrong, first = [], None
+    for t in range(places.threads):
+        regs: dict = {}
+        for off, (_, k) in stored[t]:
+            regs.setdefault(k, []).append(off)
+        got = [regs[k][0] if len(regs.get(k, [])) == 1 else None for k in range(places.regs)]
+        if not places.fits(t, got):
+            wrong.append(t)
+            if first is None:
+                first = (t, regs)
+    (buf,) = buffers
+    if not wrong:
+        return True, f"each of {places.threads} threads stores its {places.regs} registers of {buf} in place"
+    t, regs = first
+    twice = sorted(k for k, offs in regs.items() if len(offs) > 1)
+    never = [k for k in range(places.regs) if k not in regs]
+    where = lambda off: f"{out}[{off // places.cols}][{off % places.cols}]"  # noqa: E731
+    shown = ", ".join(f"{buf}[{k}] -> {where(regs[k][0])}" for k in sorted(regs)[:4] if len(regs[k]) == 1)
+    extra = (f"; stored twice: {', '.join(map(str, twice[:6]))}" if twice else "") + \
+            (f"; never stored: {', '.join(map(str, never[:6]))}{' ...' if len(never) > 6 else ''}" if never else "")
+    return False, (f"{len(wrong)} of {places.threads} threads store registers where the wgmma accumulator does not "
+                   f"hold them; thread {t} stores {shown}{extra}")

@@ -1,0 +1,109 @@
+"""The epilogue reader (grader/fragment.py): integer expressions without eval, the statements
+TIRx emits, and the check of where each accumulator register is stored."""
+import json
+
+import pytest
+
+from grader import fragment, inspect
+from grader.labs import lab4_gemm as L
+
+
+@pytest.mark.parametrize("text, value", [
+    ("((((int)threadIdx.x) & 31) >> 2) * 128", (37 & 31) >> 2 << 7),
+    ("(-7 / 2) + (-7 % 2)", -3 + -1),                   # C truncates towards zero
+    ("min(3, ((int)blockIdx.y)) + max(1, 2)", 0 + 2),
+    ("(threadIdx.x < 32) ? 1 : 2", 2),
+    ("__shfl_sync((uint)4294967295, (((int)threadIdx.x) >> 5), 0, 32)", 1),
+    ("0x10 + 4u", 20),
+])
+def test_integer_expressions(text, value):
+    env = {"threadIdx.x": 37, "threadIdx.y": 0, "threadIdx.z": 0, "blockIdx.x": 0, "blockIdx.y": 0, "blockIdx.z": 0}
+    assert fragment.expression(text)(env) == value
+
+
+@pytest.mark.parametrize("text", ["__import__('os').system('true')", "acc_ptr[3] + 1", "1.5f + 2", "foo(1)",
+                                  "x = 3"])
+def test_anything_else_is_refused_not_run(text):
+    with pytest.raises(fragment.Unknown):
+        fragment.expression(text)({"x": 1})
+
+
+def _kernel(body: str) -> str:
+    return ("__device__ int helper() {\n  return 0;\n}\n"
+            'extern "C" __global__ void k(half* __restrict__ D_ptr);\n'
+            'extern "C" __global__ void k(half* __restrict__ D_ptr) {\n'
+            "  float acc_ptr[4];\n  half pair_ptr[2];\n" + body + "}\n")
+
+
+# a 2-thread, 4-register fragment of a 2 x 4 output: thread t holds row t, register k column k
+RIGHT = ("  int t = ((int)threadIdx.x);\n"
+         "  for (int j = 0; j < 2; ++j) {\n"
+         "    pair_ptr[0] = ((half)acc_ptr[(j * 2)]);\n"
+         "    pair_ptr[1] = ((half)acc_ptr[((j * 2) + 1)]);\n"
+         "    if (t < 2) {\n"
+         "      *(half2*)(D_ptr + ((t * 4) + (j * 2))) = *(half2*)(pair_ptr + 0);\n"
+         "    }\n"
+         "  }\n")
+PLACES = fragment.Places([[0, 1, 2, 3], [4, 5, 6, 7]], cols=4)
+
+
+def test_the_places_of_a_small_epilogue_are_followed_through_loops_and_branches():
+    got = fragment.epilogue_places(_kernel(RIGHT), 2)
+    assert got[1] == [(4, ("acc_ptr", 0)), (5, ("acc_ptr", 1)), (6, ("acc_ptr", 2)), (7, ("acc_ptr", 3))]
+    assert fragment.check_places(_kernel(RIGHT), PLACES)[0] is True
+
+
+@pytest.mark.parametrize("edit, said", [
+    (("(t * 4) + (j * 2)", "(j * 4) + (t * 2)"), "2 of 2 threads store registers where"),          # transposed
+    (("acc_ptr[(j * 2)]", "acc_ptr[1]"), "stored twice: 1; never stored: 0, 2"),
+    (("if (t < 2) {", "if (t < 1) {"), "never stored: 0, 1, 2, 3"),
+])
+def test_a_misplaced_register_fails_and_the_message_never_gives_the_answer(edit, said):
+    ok, msg = fragment.check_places(_kernel(RIGHT.replace(*edit)), PLACES)
+    assert ok is False and said in msg, msg
+
+
+@pytest.mark.parametrize("edit", [("if (t < 2) {", "if (helper() < 2) {"),
+                                  ("*(half2*)(D_ptr + ((t * 4) + (j * 2))) = *(half2*)(pair_ptr + 0);",
+                                   "D_ptr[t] = make_half(pair_ptr[0]);")])
+def test_an_epilogue_outside_the_subset_is_not_checked(edit):
+    ok, msg = fragment.check_places(_kernel(RIGHT.replace(*edit)), PLACES)
+    assert ok is None and msg.startswith("not checked"), msg
+
+
+def test_lab4_places_are_the_wgmma_fragment_and_the_sealed_ones_agree():
+    """The course grader's places and the edition's hashed ones give the same verdicts on the same
+    thread lists; the table does not hold the offsets."""
+    from grader.edition import tables
+    places = L.ACC_PLACES["s3_build_sm90"]
+    assert places.cols == 384 and places.threads == 128 and places.regs == 128
+    r, c = L.ref_acc_coord(5, 3)
+    assert places.offsets[5][64 + 3] == (64 + r) * 384 + c
+    entry = json.loads(json.dumps(tables.seal_places("s3_build_sm90", places)))
+    sealed = tables.SealedPlaces(entry["cols"], entry["regs"], [tables.decode(s) for s in entry["seals"]])
+    assert str(places.offsets[0][2]) not in json.dumps(entry)
+    for t in (0, 77):
+        for got in (places.offsets[t], places.offsets[t][::-1], places.offsets[(t + 1) % 128]):
+            assert sealed.fits(t, got) == places.fits(t, got)
+
+
+def test_the_mechanism_says_not_checked_without_places_and_fails_a_wrong_epilogue():
+    r = inspect.check("wgmma_epilogue_places", {"cuda": _kernel(RIGHT)})
+    assert r.ok and "checked by the course grader" in r.message
+    bad = RIGHT.replace("(t * 4) + (j * 2)", "(j * 4) + (t * 2)")
+    r = inspect.check("wgmma_epilogue_places", {"cuda": _kernel(bad), "acc_places": PLACES})
+    assert not r.ok and "WRONG" in r.message and "wgmma_acc_coord" in r.message, r.message
+
+
+@pytest.mark.parametrize("body, why", [
+    ("  for (int i = 0; i < 1000000000; ++i) {\n    pair_ptr[0] = ((half)acc_ptr[0]);\n"
+     "    D_ptr[i] = ((half)acc_ptr[1]);\n  }\n", "more than"),
+    ("  int t = " + "(" * 1500 + "1" + ")" * 1500 + ";\n  D_ptr[t] = ((half)acc_ptr[1]);\n", "t is not a value"),
+    ("  D_ptr[" + "(" * 1500 + "1" + ")" * 1500 + "] = ((half)acc_ptr[1]);\n", "nested too deeply"),
+    ("  *(half2*)(D_ptr + " + "1 + " * 3000 + "0) = *(half2*)(pair_ptr + 0);\n", "a store this check cannot read"),
+])
+def test_an_epilogue_built_to_stall_the_reader_is_not_checked_quickly(body, why):
+    import time
+    t = time.time()
+    ok, msg = fragment.check_places(_kernel(body), PLACES)
+    assert ok is None and why in msg and time.time() - t < 10, msg
