@@ -12,6 +12,9 @@
   multiplied by ``2^delta``; ``p = 2^(t - safe(m_new))``. Threshold 0 is plain online softmax.
   ``softmax_finish(state) -> {"O": [rows][d], "lse": [rows]}``: ``O = acc / l`` and
   ``lse = ln 2 · (m + log2 l)`` (natural log), ``O = 0`` and ``lse = -inf`` where ``l = 0``.
+  ``softmax_merge(a, b) -> state``: the state of the keys of two states together (split-KV), relative
+  to the larger of the two references (``-inf`` if both rows saw no key); the notebook gives the
+  reference's invariance, not the formula.
   ``attention_head(q, k, v, causal, block_n, threshold) -> {"O", "lse"}``: one head, q [Sq][D],
   k and v [Sk][D], scale 1/sqrt(D), causal aligned bottom-right (query i sees key j iff
   ``j <= i + Sk - Sq``), keys in blocks of ``block_n``; checked against
@@ -93,6 +96,15 @@ def ref_softmax_finish(state) -> dict:
     O = np.where(seen[:, None], acc / denom[:, None], 0.0)
     lse = np.where(seen, LN2 * (m + np.log2(denom)), -math.inf)
     return {"O": O.tolist(), "lse": lse.tolist()}
+
+
+def ref_softmax_merge(a, b) -> dict:
+    ma, la, acca = _state_arrays(a)
+    mb, lb, accb = _state_arrays(b)
+    m = np.maximum(ma, mb)
+    sa, sb = np.exp2(ma - _safe(m)), np.exp2(mb - _safe(m))     # 0 for a row that saw no key
+    return {"m": m.tolist(), "l": (la * sa + lb * sb).tolist(),
+            "acc": (acca * sa[:, None] + accb * sb[:, None]).tolist()}
 
 
 def empty_state(rows: int, d: int) -> dict:
@@ -258,9 +270,29 @@ def _attention_case(rng: np.random.Generator, seq_q, seq_k, d, causal, block_n, 
     return ("head", (_floats(q), _floats(k), _floats(v), causal, block_n, threshold))
 
 
+def _merge_case(rng: np.random.Generator, styles: tuple) -> tuple:
+    """("merge", (a, b)): one row per style, its keys split at a random point, each half run
+    through the reference steps (random threshold, block size): two states with references of
+    their own, possibly empty, possibly far apart."""
+    d, block_n = int(rng.integers(1, 5)), int(rng.choice([1, 3, 4, 8]))
+    n = int(rng.integers(2, 20))
+    t = np.stack([_row_logits(rng, s, [n]) for s in styles])
+    v = rng.normal(0.0, 1.0, (n, d))
+    cut = int(rng.integers(0, n + 1))
+    halves = []
+    for j0, j1 in ((0, cut), (cut, n)):
+        state = empty_state(len(styles), d)
+        threshold = float(rng.choice([0.0, 8.0]))
+        for k0 in range(j0, j1, block_n):
+            k1 = min(k0 + block_n, j1)
+            state = ref_softmax_step(state, _floats(t[:, k0:k1]), _floats(v[k0:k1]), threshold)
+        halves.append(state)
+    return ("merge", tuple(halves))
+
+
 def softmax_cases(ctx: Context) -> list[tuple]:
-    """("steps", (state, t, v, block_n, threshold)) and ("head", (q, k, v, causal, block_n,
-    threshold)) cases; a "steps" case is checked block by block, then finished."""
+    """("steps", (state, t, v, block_n, threshold)), ("merge", (a, b)) and ("head", (q, k, v,
+    causal, block_n, threshold)) cases; a "steps" case is checked block by block, then finished."""
     inf = math.inf
     one = {"m": [2.0], "l": [3.0], "acc": [[4.0, 6.0]]}          # the book's exercise 1
     eye = [[1.0, 0.0], [0.0, 1.0]]
@@ -279,6 +311,10 @@ def softmax_cases(ctx: Context) -> list[tuple]:
                         [[1.0, 2.0], [3.0, 4.0], [5.0, 6.0], [7.0, 8.0], [9.0, 1.0], [2.0, 3.0], [4.0, 5.0]], 3, 8.0))]
     rng = np.random.default_rng(20261203)
     cases.append(_softmax_case(rng, "growing"))
+    cases += [("merge", (one, {"m": [5.0], "l": [1.0], "acc": [[0.0, 2.0]]})),         # b's reference is larger
+              ("merge", (one, empty_state(1, 2))), ("merge", (empty_state(1, 2), one)),
+              ("merge", (empty_state(2, 1), empty_state(2, 1))),
+              _merge_case(rng, ("large", "masked", "spread")), _merge_case(rng, ("holes", "late"))]
     cases += [_attention_case(rng, 16, 16, 8, False, 4, 0.0, 1.0),
               _attention_case(rng, 12, 20, 8, True, 8, 8.0, 1.0),        # more keys than queries
               _attention_case(rng, 20, 12, 8, True, 8, 8.0, 1.0),        # 8 queries see no key
@@ -288,7 +324,9 @@ def softmax_cases(ctx: Context) -> list[tuple]:
     hidden = grading.hidden_count(ctx)
     g = np.random.default_rng(r.getrandbits(63))
     for i in range(hidden):
-        if i % 4 != 3:
+        if i % 8 == 5:
+            cases.append(_merge_case(g, tuple(str(s) for s in g.choice(ROW_STYLES, size=int(g.integers(1, 5))))))
+        elif i % 4 != 3:
             cases.append(_softmax_case(g, ROW_STYLES[i % len(ROW_STYLES)]))
         else:                                               # every third: causal with Sq > Sk
             j = i // 4
@@ -313,6 +351,7 @@ def grade_softmax(module, ctx: Context) -> Outcome:
     step = grading.student(module, "softmax_step")
     finish = grading.student(module, "softmax_finish")
     head = grading.student(module, "attention_head")
+    merge = grading.student(module, "softmax_merge")
     cases = softmax_cases(ctx)
     n_public = grading.public_len(softmax_cases, ctx)
     wrong = []
@@ -335,6 +374,11 @@ def grade_softmax(module, ctx: Context) -> Outcome:
                 ok, why = close_answer(finish(state), ref_softmax_finish(state), rel, abs_)
                 if not ok:
                     why = f"softmax_finish on case {c} (state m = {state['m']}, l = {state['l']}): {why}"
+        elif kind == "merge":
+            a, b = args
+            ok, why = close_answer(merge(a, b), ref_softmax_merge(a, b), rel, abs_)
+            if not ok:
+                why = f"softmax_merge on case {c} (a: m = {a['m']}, l = {a['l']}; b: m = {b['m']}, l = {b['l']}): {why}"
         else:
             q, k, v, causal, block_n, threshold = args
             ok, why = close_answer(head(*args), ref_attention_head(*args), rel, abs_)
@@ -469,7 +513,7 @@ def budget_cases(ctx: Context) -> list[tuple]:
 def public_softmax(ctx, tables) -> dict:
     """Lab 6 a_softmax: every call the course grader makes on the public cases, with the trusted
     answer: softmax_step block by block (each from the reference state before it), then
-    softmax_finish, and attention_head."""
+    softmax_finish, softmax_merge and attention_head."""
     def plain(x):
         return {k: np.asarray(v, dtype=np.float64).tolist() for k, v in x.items()}
     cases: dict[str, list] = {}
@@ -486,6 +530,8 @@ def public_softmax(ctx, tables) -> dict:
                 add("softmax_step", call, expected)
                 state = expected
             add("softmax_finish", (state,), ref_softmax_finish(state))
+        elif kind == "merge":
+            add("softmax_merge", args, ref_softmax_merge(*args))
         else:
             add("attention_head", args, ref_attention_head(*args))
     how = {"kind": "allclose", "rel": float(ctx.part.params["rel_tol"]), "abs": float(ctx.part.params["abs_tol"])}

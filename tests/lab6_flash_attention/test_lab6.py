@@ -99,6 +99,31 @@ def test_the_conditional_rescale_moves_the_reference_less_often():
     assert moves[8.0] < moves[0.0] / 3, moves
 
 
+@pytest.mark.parametrize("threshold", [0.0, 8.0])
+def test_merging_two_halves_gives_the_whole_rows_result(threshold):
+    """Split-KV: the keys in two halves, each through the steps, merged, then finished, give what
+    the steps over all keys give, for any split point (an empty half included)."""
+    rng = np.random.default_rng(7)
+    t = rng.normal(0.0, 300.0, (3, 12))
+    t[1, :5] = -INF                         # a row whose first half sees nothing
+    t[2, :] = -INF                          # a row that sees nothing
+    v = rng.normal(0.0, 1.0, (12, 2))
+
+    def run(j0, j1):
+        state = L.empty_state(3, 2)
+        for j in range(j0, j1, 4):
+            k = min(j + 4, j1)
+            state = L.ref_softmax_step(state, t[:, j:k].tolist(), v[j:k].tolist(), threshold)
+        return state
+    whole = L.ref_softmax_finish(run(0, 12))
+    for cut in (0, 5, 7, 12):
+        merged = L.ref_softmax_merge(run(0, cut), run(cut, 12))
+        assert merged["m"][1] == max(run(0, cut)["m"][1], run(cut, 12)["m"][1])
+        got = L.ref_softmax_finish(merged)
+        np.testing.assert_allclose(got["O"], whole["O"], rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(got["lse"], whole["lse"], rtol=1e-12)
+
+
 def test_attention_head_reference_is_the_chained_steps():
     """ref_attention_head (the course's torch reference) and the online references agree."""
     rng = np.random.default_rng(5)
@@ -381,6 +406,14 @@ def p_in_lower_half(block_n, head_dim, q_stages):
     return dict(got, P=[(a, a + block_n // 2) for a, _ in got["S"]])
 
 
+def merge_without_rescale(a, b):
+    """Adds the two states' sums as if they shared a reference."""
+    got = L.ref_softmax_merge(a, b)
+    return dict(got, l=(np.asarray(a["l"]) + np.asarray(b["l"])).tolist(),
+                acc=(np.asarray(a["acc"], dtype=np.float64).reshape(len(a["m"]), -1)
+                     + np.asarray(b["acc"], dtype=np.float64).reshape(len(b["m"]), -1)).tolist())
+
+
 def softmax_only_arrives(arch, block_m, block_n, head_dim, consumers):
     got = L.ref_barrier_counts(arch, block_m, block_n, head_dim, consumers)
     if arch == "sm_100a":
@@ -398,6 +431,7 @@ WRONG = [
     ("a_softmax", "softmax_step", natural_exp),
     ("a_softmax", "softmax_finish", lse_in_log2),
     ("a_softmax", "softmax_finish", finish_without_guard),
+    ("a_softmax", "softmax_merge", merge_without_rescale),
     ("a_softmax", "attention_head", top_left_causal),
     ("a_softmax", "attention_head", unscaled_scores),
     ("b_causal", "causal_blocks", top_left_blocks),
@@ -430,11 +464,11 @@ def test_the_student_edition_checks_every_cpu_part_softmax_within_its_tolerance(
     assert sorted(table["parts"]) == ["a_softmax", "b_causal", "c_gqa", "d_budget"]
     assert "a_softmax" not in table["course_grader_only"]
     entry = table["parts"]["a_softmax"]
-    assert {c["fn"] for c in entry["checks"]} == {"softmax_step", "softmax_finish", "attention_head"}
+    assert {c["fn"] for c in entry["checks"]} == {"softmax_step", "softmax_finish", "softmax_merge", "attention_head"}
     assert all(c["compare"] == {"kind": "allclose", "rel": 1e-6, "abs": 1e-9} for c in entry["checks"])
     ctx = _ctx("a_softmax", public_only=True)
     assert release.grade_from_table(entry, reference, ctx).fraction == 1.0
-    wrong = types.SimpleNamespace(**{n: getattr(reference, n) for n in ("softmax_step", "attention_head")},
+    wrong = types.SimpleNamespace(**{n: getattr(reference, n) for n in ("softmax_step", "softmax_merge", "attention_head")},
                                   softmax_finish=lse_in_log2)
     out = release.grade_from_table(entry, wrong, ctx)
     assert out.fraction < 1.0 and "softmax_finish" in out.message, out.message
