@@ -363,6 +363,42 @@ def epilogue_places(cuda: str, threads: int, out: str = "D", block=(0, 0, 0)) ->
 
 # ---------------------------------------------------------------- the check against the fragment
 
+_WGMMA_CALL = re.compile(r"^\s*ptx_wgmma_mma_async_\w+\((.*)\);\s*$", re.M)
+
+
+def wgmma_blocks(cuda: str, buf: str) -> list:
+    """The first register of ``buf`` that each wgmma call of the kernel names, per call, when every
+    call passes a run of consecutive registers ``buf[s] .. buf[s + n - 1]`` (register i of the
+    instruction's fragment is ``buf[s + i]``); ``Unknown`` otherwise."""
+    starts = []
+    for m in _WGMMA_CALL.finditer(cuda):
+        regs = re.findall(rf"\b{re.escape(buf)}\[([^\]]*)\]", m.group(1))
+        if not regs:
+            continue
+        if not all(r.strip().isdigit() for r in regs):
+            raise Unknown("a wgmma names its accumulator registers by computed indices")
+        idx = [int(r) for r in regs]
+        if idx != list(range(idx[0], idx[0] + len(idx))) or idx[0] % len(idx):
+            raise Unknown("a wgmma's accumulator registers are not one aligned run")
+        starts.append((idx[0], len(idx)))
+    return starts
+
+
+def _orders(blocks: list, regs: int) -> list:
+    """The register maps to try: the kernel's accumulator runs taken in the declared order, and,
+    where a kernel's runs are whole m64 halves, in any order of the halves (a kernel may pair its
+    first run with the second half of the tile, in its MMAs and its epilogue alike)."""
+    runs = sorted(set(blocks))
+    if not runs:
+        return [lambda k: k]
+    n = runs[0][1]
+    if any(length != n for _, length in runs) or len(runs) * n != regs or len(runs) > 4:
+        raise Unknown("the wgmmas' accumulator runs do not cover the accumulator once")
+    import itertools
+    starts = [s for s, _ in runs]
+    return [(lambda perm: lambda k: perm[k // n] * n + k % n)({s // n: p for s, p in zip(starts, order)})
+            for order in itertools.permutations(range(len(runs)))]
+
 class Places:
     """Where the epilogue of a build part must put each accumulator register (the course
     grader's, from the lab module): ``offsets[t][k]`` is the element of the output, as an offset
@@ -390,16 +426,28 @@ def check_places(cuda: str, places, out: str = "D") -> tuple[bool | None, str]:
     buffers = {buf for rows in stored.values() for _, (buf, _) in rows}
     if len(buffers) != 1:
         return None, f"not checked (the stores into {out} convert values of {len(buffers)} buffers)"
-    wrong, first = [], None
-    for t in range(places.threads):
-        regs: dict = {}
-        for off, (_, k) in stored[t]:
-            regs.setdefault(k, []).append(off)
-        got = [regs[k][0] if len(regs.get(k, [])) == 1 else None for k in range(places.regs)]
-        if not places.fits(t, got):
-            wrong.append(t)
-            if first is None:
-                first = (t, regs)
+    try:
+        orders = _orders(wgmma_blocks(cuda, next(iter(buffers))), places.regs)
+    except Unknown as e:
+        return None, f"not checked ({e})"
+    best = None
+    for canonical in orders:
+        wrong, first = [], None
+        for t in range(places.threads):
+            regs: dict = {}
+            for off, (_, k) in stored[t]:
+                regs.setdefault(k, []).append(off)
+            got = [None] * places.regs
+            for k, offs in regs.items():
+                if 0 <= k < places.regs and len(offs) == 1:
+                    got[canonical(k)] = offs[0]
+            if not places.fits(t, got):
+                wrong.append(t)
+                if first is None:
+                    first = (t, regs)
+        if best is None or len(wrong) < len(best[0]):
+            best = (wrong, first)
+    wrong, first = best
     (buf,) = buffers
     if not wrong:
         return True, f"each of {places.threads} threads stores its {places.regs} registers of {buf} in place"

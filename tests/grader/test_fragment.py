@@ -107,3 +107,28 @@ def test_an_epilogue_built_to_stall_the_reader_is_not_checked_quickly(body, why)
     t = time.time()
     ok, msg = fragment.check_places(_kernel(body), PLACES)
     assert ok is None and why in msg and time.time() - t < 10, msg
+
+
+def _with_wgmmas(body: str, runs) -> str:
+    calls = "".join(f"  ptx_wgmma_mma_async_ss_64x4x16(desc_a_ptr[0], desc_b_ptr[0], "
+                    + ", ".join(f"acc_ptr[{r}]" for r in run) + ");\n" for run in runs)
+    return _kernel(calls + body)
+
+
+def test_the_mmas_decide_which_registers_are_which_half():
+    """A kernel may give its first run of accumulator registers to the second half of the tile,
+    in its MMAs and its epilogue alike: that is not a misplacement. A run the reader cannot
+    follow leaves the check undecided."""
+    swapped = RIGHT.replace("acc_ptr[(j * 2)]", "acc_ptr[(2 - (j * 2))]").replace(
+        "acc_ptr[((j * 2) + 1)]", "acc_ptr[(3 - (j * 2))]")
+    assert fragment.check_places(_with_wgmmas(swapped, [[0, 1], [2, 3]]), PLACES)[0] is True
+    assert fragment.check_places(_with_wgmmas(RIGHT, [[0, 1], [2, 3]]), PLACES)[0] is True
+    ok, msg = fragment.check_places(_with_wgmmas(RIGHT, [[1, 0], [2, 3]]), PLACES)
+    assert ok is None and "not one aligned run" in msg, msg
+    ok, msg = fragment.check_places(RIGHT and _kernel(
+        "  ptx_wgmma_mma_async_ss_64x4x16(desc_a_ptr[0], acc_ptr[j], acc_ptr[(j + 1)]);\n" + RIGHT), PLACES)
+    assert ok is None and "computed indices" in msg, msg
+    # within a run the order is the instruction's: swapping two registers of one run is wrong
+    inner = RIGHT.replace("acc_ptr[(j * 2)]", "acc_ptr[((j * 2) + 1)]X").replace(
+        "acc_ptr[((j * 2) + 1)]);", "acc_ptr[(j * 2)]);").replace("]X", "]")
+    assert fragment.check_places(_with_wgmmas(inner, [[0, 1], [2, 3]]), PLACES)[0] is False
