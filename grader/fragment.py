@@ -402,12 +402,12 @@ def _orders(blocks: list, regs: int) -> list:
 class Places:
     """Where the epilogue of a build part must put each accumulator register (the course
     grader's, from the lab module): ``offsets[t][k]`` is the element of the output, as an offset
-    from its start, that thread ``t`` of CTA 0 stores from its register ``k``; ``cols`` is the
+    from its start, that thread ``t`` of CTA ``block`` stores from its register ``k``; ``cols`` is the
     output's row length (for messages). The student edition holds the same answer hashed, thread
     by thread (grader/edition/tables.py), with the same ``threads``, ``regs``, ``cols`` and ``fits``."""
 
-    def __init__(self, offsets: list, cols: int):
-        self.offsets, self.cols = [list(o) for o in offsets], cols
+    def __init__(self, offsets: list, cols: int, block=(0, 0, 0)):
+        self.offsets, self.cols, self.block = [list(o) for o in offsets], cols, tuple(block)
         self.threads, self.regs = len(offsets), len(offsets[0])
 
     def fits(self, thread: int, got: list) -> bool:
@@ -415,12 +415,26 @@ class Places:
 
 
 def check_places(cuda: str, places, out: str = "D") -> tuple[bool | None, str]:
-    """(verdict, what was found): True when every thread of CTA 0 stores each of its ``places.regs``
-    accumulator registers once, at the element ``places`` gives it; False when one does not
-    (the message says what the kernel stores, never where it should); None where the epilogue
-    leaves the subset this module follows (not checked)."""
+    """(verdict, what was found) over one or more CTAs' places (a ``Places`` or a list of them):
+    False as soon as one CTA's threads misplace a register, True when every CTA's do not, None
+    (not checked) where the epilogue leaves the subset this module follows."""
+    if not isinstance(places, (list, tuple)) or len(places) == 1:
+        return _check_block(cuda, places[0] if isinstance(places, (list, tuple)) else places, out)
+    said, verdicts = [], []
+    for p in places:
+        ok, msg = _check_block(cuda, p, out)
+        name = f"CTA {p.block[:2]}" if any(p.block) else "CTA 0"
+        if ok is False:
+            return False, f"{name}: {msg}"
+        verdicts.append(ok)
+        said.append(f"{name}: {msg}")
+    return (None if None in verdicts else True), "; ".join(said)
+
+
+def _check_block(cuda: str, places, out: str) -> tuple[bool | None, str]:
+    """check_places for the threads of one CTA, ``places.block``."""
     try:
-        stored = epilogue_places(cuda, places.threads, out)
+        stored = epilogue_places(cuda, places.threads, out, block=places.block)
     except Unknown as e:
         return None, f"not checked ({e})"
     buffers = {buf for rows in stored.values() for _, (buf, _) in rows}

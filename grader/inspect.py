@@ -369,8 +369,9 @@ def _desc_fields(m: Mechanism, texts: dict) -> CheckResult:
 
 
 def _epilogue_places(m: Mechanism, texts: dict) -> CheckResult:
-    """``wgmma_epilogue_places``: the epilogue stores every accumulator register of CTA 0's threads
-    at the element of the output the wgmma fragment gives it, read from the CUDA source by following
+    """``wgmma_epilogue_places``: the epilogue stores every accumulator register of the threads of
+    the CTAs the lab names (CTA 0, and one more where there is a grid) at the element of the output
+    the wgmma fragment gives it, read from the CUDA source by following
     the index arithmetic thread by thread (grader/fragment.py). The answer comes with the texts
     (``acc_places``), from the lab module, or hashed per thread in the student edition. A kernel
     whose epilogue this reading cannot follow is not checked here (its correctness part still runs
@@ -390,7 +391,7 @@ def _epilogue_places(m: Mechanism, texts: dict) -> CheckResult:
         return CheckResult(m.name, False, 0, (
             f"{m.description}: WRONG ({said}. Your part a mapping, wgmma_acc_coord, is the map the "
             "epilogue must follow; on a GPU such a kernel writes a permuted D)"))
-    return CheckResult(m.name, True, places.threads, f"{m.description}: ok ({said})")
+    return CheckResult(m.name, True, len(places) if isinstance(places, list) else 1, f"{m.description}: ok ({said})")
 
 
 def _descriptors(m: Mechanism, texts: dict, read, none: str):
@@ -558,7 +559,7 @@ MECHANISMS = {m.name: m for m in [
     Mechanism("wgmma_desc_fields", "wgmma descriptors with the fields of the step's operand tiles (LBO, SBO, "
               "swizzle of each tile, read from the CUDA source)", "cuda", "", custom=_desc_fields),
     Mechanism("wgmma_epilogue_places", "an epilogue that stores each wgmma accumulator register at its element "
-              "of D (CTA 0's threads, the index arithmetic of the CUDA source followed thread by thread)", "cuda", "",
+              "of D (the index arithmetic of the CUDA source followed thread by thread)", "cuda", "",
               custom=_epilogue_places),
     Mechanism("wgmma_b_mn_major", "wgmma reading an MN-major B (every HGMMA's descriptor with .tnspB)", "sass", "",
               custom=_b_mn_major),

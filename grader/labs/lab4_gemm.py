@@ -265,20 +265,23 @@ _TILE_FIELDS = [("A (K-major)", (None,) + ref_desc_fields(128)[1:]), ("B (N-majo
 DESC_FIELDS = {f"s{step}_build_sm90": _TILE_FIELDS for step in (1, 2, 3, 4)}
 
 
-def _acc_places(part_id: str):
-    """Where CTA 0's epilogue stores each accumulator register (the check "wgmma_epilogue_places")
-    of a step that writes D from registers: register k = 64 h + i of thread t (the kernels' acc[h *
-    ACC + i], register i of the m64 half h) holds D[64 h + row][col], (row, col) = ref_acc_coord(t,
-    i), at the part's build shape. Course grader only, as DESC_FIELDS."""
+def _acc_places(part_id: str, blocks=((0, 0),)):
+    """Where the epilogue of CTA (bx, by) of ``blocks`` stores each accumulator register (the check
+    "wgmma_epilogue_places") in a step that writes D from registers: register k = 64 h + i of
+    thread t (the kernels' acc[h * ACC + i], register i of the m64 half h) holds D[128 bx + 64 h +
+    row][128 by + col], (row, col) = ref_acc_coord(t, i), at the part's build shape (bx selects
+    rows, by columns, as step 3 is taught). Course grader only, as DESC_FIELDS."""
     from .. import spec
     from ..fragment import Places
     cols = spec.load(LAB).part(part_id).params["N"]
     coord = [[ref_acc_coord(t, i) for i in range(64)] for t in range(128)]
-    return Places([[(64 * (k // 64) + coord[t][k % 64][0]) * cols + coord[t][k % 64][1] for k in range(128)]
-                   for t in range(128)], cols)
+    return [Places([[(128 * bx + 64 * (k // 64) + coord[t][k % 64][0]) * cols + 128 * by + coord[t][k % 64][1]
+                     for k in range(128)] for t in range(128)], cols, (bx, by, 0)) for bx, by in blocks]
 
 
-ACC_PLACES = {f"s{step}_build_sm90": _acc_places(f"s{step}_build_sm90") for step in (1, 2, 3)}
+ACC_PLACES = {"s1_build_sm90": _acc_places("s1_build_sm90"), "s2_build_sm90": _acc_places("s2_build_sm90"),
+              # step 3 has a grid: a CTA away from the origin shows its offsets too (256 x 384: 2 x 3 tiles)
+              "s3_build_sm90": _acc_places("s3_build_sm90", ((0, 0), (1, 2)))}
 
 GRADERS = {
     "sass_hazard": build_checks.accumulator_hazard,

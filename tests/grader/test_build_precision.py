@@ -445,3 +445,14 @@ def test_a_lab4_epilogue_that_transposes_the_fragment_fails_its_build_parts_on_a
     good = grade_edited(root, edit, tmp_path / "good", device, "lab4_gemm", {"ACC = ": "ACC = "}, ["s3_build_sm90"],
                         "sm_90a")["s3_build_sm90"]
     assert good.verdict == report.PASSED and "each of 128 threads stores its 128 registers" in good.message
+
+
+@pytest.mark.slow
+def test_a_lab4_step3_that_swaps_its_grid_offsets_fails_its_build_part_on_a_cpu(root, edit, tmp_path, device):
+    """CTA 0's threads store the same places whichever block index selects rows: the check follows
+    a CTA away from the origin too (a student trial noted that only CTA 0 was followed)."""
+    res = grade_edited(root, edit, tmp_path, device, "lab4_gemm", {
+        "D.vstore([m_st + WGMMA_M * h + row, n_st + col], pair": "D.vstore([n_st + WGMMA_M * h + row, m_st + col], pair"},
+        ["s3_build_sm90"], "sm_90a")
+    r = res["s3_build_sm90"]
+    assert r.verdict == report.FAILED and "CTA (1, 2): 128 of 128 threads store registers" in r.message, r.message

@@ -75,16 +75,19 @@ def test_lab4_places_are_the_wgmma_fragment_and_the_sealed_ones_agree():
     """The course grader's places and the edition's hashed ones give the same verdicts on the same
     thread lists; the table does not hold the offsets."""
     from grader.edition import tables
-    places = L.ACC_PLACES["s3_build_sm90"]
-    assert places.cols == 384 and places.threads == 128 and places.regs == 128
+    first, other = L.ACC_PLACES["s3_build_sm90"]
+    assert first.cols == 384 and first.threads == 128 and first.regs == 128 and other.block == (1, 2, 0)
     r, c = L.ref_acc_coord(5, 3)
-    assert places.offsets[5][64 + 3] == (64 + r) * 384 + c
-    entry = json.loads(json.dumps(tables.seal_places("s3_build_sm90", places)))
-    sealed = tables.SealedPlaces(entry["cols"], entry["regs"], [tables.decode(s) for s in entry["seals"]])
-    assert str(places.offsets[0][2]) not in json.dumps(entry)
-    for t in (0, 77):
-        for got in (places.offsets[t], places.offsets[t][::-1], places.offsets[(t + 1) % 128]):
-            assert sealed.fits(t, got) == places.fits(t, got)
+    assert first.offsets[5][64 + 3] == (64 + r) * 384 + c
+    assert other.offsets[5][64 + 3] == (128 + 64 + r) * 384 + 256 + c
+    entries = json.loads(json.dumps(tables.seal_places("s3_build_sm90", [first, other])))
+    for places, entry in zip((first, other), entries):
+        sealed = tables.SealedPlaces(entry["cols"], entry["regs"], [tables.decode(s) for s in entry["seals"]],
+                                     entry["block"])
+        assert str(places.offsets[0][2]) not in json.dumps(entry) and sealed.block == places.block
+        for t in (0, 77):
+            for got in (places.offsets[t], places.offsets[t][::-1], places.offsets[(t + 1) % 128], first.offsets[t]):
+                assert sealed.fits(t, got) == places.fits(t, got)
 
 
 def test_the_mechanism_says_not_checked_without_places_and_fails_a_wrong_epilogue():
