@@ -223,8 +223,7 @@ def _compile_all(args, lab_spec, module, build, inspect, grading) -> int:
                 f.write(data)
         with open(f"{stem}.cubin", "wb") as f:
             f.write(art.cubin)
-        texts = dict(inspect.launched_texts(art), desc_fields=dispatch.desc_fields(lab_spec.lab, part.id),
-                     acc_places=dispatch.acc_places(lab_spec.lab, part.id))
+        texts = dict(inspect.launched_texts(art), **dispatch.check_data(lab_spec.lab, part))
         checks = inspect.check_all(part.mechanisms, texts)
         print(f"{name} for {arch}: {stem}.{{cu,ptx,cubin,sass}}" + "".join(f"\n    {c.message}" for c in checks))
     return status

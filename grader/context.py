@@ -25,8 +25,7 @@ class Context:
     public_only: bool = False
     end_student_code: Any = None     # called before timing: stops the submission's processes
     on_mismatch: Any = None          # told of every wrong kernel output (what, got, expected, tolerance)
-    desc_fields: Any = None          # a build part's wgmma descriptor tiles, from the lab (dispatch.grade)
-    acc_places: Any = None           # a build part's accumulator places (fragment.Places), from the lab
+    check_data: Any = None           # what a build part's static checks compare against (dispatch.check_data)
 
     def to_result(self, outcome: Outcome) -> report.PartResult:
         frac = min(1.0, max(0.0, outcome.fraction))

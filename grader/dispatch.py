@@ -29,16 +29,16 @@ def _hook(lab: str, name: str) -> dict:
     return getattr(mod, name, {})
 
 
-def desc_fields(lab: str, part_id: str):
-    """The operand tiles of a build part's wgmma descriptors: the lab module's ``DESC_FIELDS``
-    (sealed in the student edition's table, whose lab modules read them from there); None if none."""
-    return _hook(lab, "DESC_FIELDS").get(part_id)
+# What a static check compares a kernel against, given by the lab module (hashed in the student
+# edition's table, whose lab modules read it from there): mechanism -> (the key the check reads
+# among its texts, the lab module's hook, part id -> data).
+CHECK_DATA = {"wgmma_desc_fields": ("desc_fields", "DESC_FIELDS"),        # the operand tiles' descriptor fields
+              "wgmma_epilogue_places": ("acc_places", "ACC_PLACES")}      # where the epilogue stores each register
 
 
-def acc_places(lab: str, part_id: str):
-    """Where a build part's epilogue must store each accumulator register: the lab module's
-    ``ACC_PLACES`` (hashed in the student edition's table); None if none."""
-    return _hook(lab, "ACC_PLACES").get(part_id)
+def check_data(lab: str, part) -> dict:
+    """{texts key: the lab's data for ``part``, or None} for each mechanism of the part in CHECK_DATA."""
+    return {key: _hook(lab, hook).get(part.id) for m, (key, hook) in CHECK_DATA.items() if m in part.mechanisms}
 
 
 def lab_graders(lab: str) -> dict[str, Callable[..., Outcome]]:
@@ -76,10 +76,8 @@ def grade(lab: str, part_id: str, module, ctx: Context, lower: Callable | None =
     if ctx.part.id != part_id:
         raise ValueError(f"grade({lab!r}, {part_id!r}) given the context of part {ctx.part.id!r}")
     fn = grading_function(lab, ctx.part)
-    if ctx.desc_fields is None and "wgmma_desc_fields" in ctx.part.mechanisms:
-        ctx = dataclasses.replace(ctx, desc_fields=desc_fields(lab, ctx.part.id))
-    if ctx.acc_places is None and "wgmma_epilogue_places" in ctx.part.mechanisms:
-        ctx = dataclasses.replace(ctx, acc_places=acc_places(lab, ctx.part.id))
+    if ctx.check_data is None:
+        ctx = dataclasses.replace(ctx, check_data=check_data(lab, ctx.part))
     if lower is not None and fn is runners.kernel_part:
         return runners.kernel_part(module, ctx, runners.Env(lower=lower, prefetch=getattr(lower, "prefetch", None)))
     return fn(module, ctx)

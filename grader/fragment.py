@@ -444,13 +444,16 @@ def _check_block(cuda: str, places, out: str) -> tuple[bool | None, str]:
         orders = _orders(wgmma_blocks(cuda, next(iter(buffers))), places.regs)
     except Unknown as e:
         return None, f"not checked ({e})"
+    by_reg = []                         # per thread: {register: [offsets it is stored at]}
+    for t in range(places.threads):
+        regs: dict = {}
+        for off, (_, k) in stored[t]:
+            regs.setdefault(k, []).append(off)
+        by_reg.append(regs)
     best = None
     for canonical in orders:
         wrong, first = [], None
-        for t in range(places.threads):
-            regs: dict = {}
-            for off, (_, k) in stored[t]:
-                regs.setdefault(k, []).append(off)
+        for t, regs in enumerate(by_reg):
             got = [None] * places.regs
             for k, offs in regs.items():
                 if 0 <= k < places.regs and len(offs) == 1:

@@ -315,10 +315,7 @@ def build_part(module, ctx: Context, extra: Callable | None = None, texts: Calla
                         listings = dict(listings, sass=ran.sass, sass_launched=listings.get("sass", ""))
             if isinstance(listings, tuple):
                 listings, named = listings[0], EVIDENCE.get(listings[1], listings[1])
-            if "wgmma_desc_fields" in ctx.part.mechanisms:
-                listings = dict(listings, desc_fields=ctx.desc_fields)
-            if "wgmma_epilogue_places" in ctx.part.mechanisms:
-                listings = dict(listings, acc_places=ctx.acc_places)
+            listings = dict(listings, **(ctx.check_data or {}))
             idle = degenerate(art, listings, ctx.part.mechanisms)
             if idle:
                 scores.append(0.0)

@@ -135,3 +135,14 @@ def test_the_mmas_decide_which_registers_are_which_half():
     inner = RIGHT.replace("acc_ptr[(j * 2)]", "acc_ptr[((j * 2) + 1)]X").replace(
         "acc_ptr[((j * 2) + 1)]);", "acc_ptr[(j * 2)]);").replace("]X", "]")
     assert fragment.check_places(_with_wgmmas(inner, [[0, 1], [2, 3]]), PLACES)[0] is False
+
+
+def test_right_stores_that_never_run_do_not_hide_wrong_ones():
+    """Decoy stores of the right places under a branch no thread takes count for nothing; under a
+    branch on a value the reader cannot know, the check is undecided, never "ok"."""
+    wrong = RIGHT.replace("(t * 4) + (j * 2)", "(j * 4) + (t * 2)")
+    decoy = RIGHT.replace("if (t < 2) {", "if (t > 100) {")
+    ok, msg = fragment.check_places(_kernel(decoy + wrong), PLACES)
+    assert ok is False, msg
+    hidden = RIGHT.replace("if (t < 2) {", "if (flag[0] == 7) {")
+    assert fragment.check_places(_kernel(hidden + wrong), PLACES)[0] is None
