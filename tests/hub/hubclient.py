@@ -9,7 +9,6 @@ import datetime
 import glob
 import json
 import os
-import shutil
 import subprocess
 import time
 import uuid
@@ -31,24 +30,6 @@ def tail(path: str, n: int = 40) -> str:
             return "".join(f.readlines()[-n:])
     except OSError as e:
         return f"({path}: {e})\n"
-
-
-def cluster_or_reason() -> str | None:
-    """None when a Slurm cluster with gpu generic resources takes jobs here; else why not."""
-    if not shutil.which("sbatch"):
-        return "sbatch is not on PATH: no Slurm here (CI starts a one-node cluster with .ci/slurm-up, as root)"
-    try:
-        p = subprocess.run(["sinfo", "-h", "-o", "%T %G"], capture_output=True, text=True, timeout=20)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        return f"sinfo did not answer: {e}"
-    if p.returncode != 0:
-        return f"the Slurm controller does not answer: sinfo: {p.stderr.strip()}"
-    lines = [ln.split() for ln in p.stdout.splitlines() if ln.strip()]
-    if not any(f[0].rstrip("*~#") in ("idle", "mixed", "allocated", "completing") for f in lines):
-        return f"no Slurm node takes jobs: sinfo says {p.stdout.strip()!r}"
-    if not any("gpu" in (f[1] if len(f) > 1 else "") for f in lines):
-        return f"no Slurm node declares gpu generic resources: sinfo says {p.stdout.strip()!r}"
-    return None
 
 
 class Hub:

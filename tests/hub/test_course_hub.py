@@ -27,6 +27,7 @@ import time
 import pytest
 
 import hubclient
+from slurmhere import cluster_or_reason
 from hubclient import ROOT, text_of
 
 pytestmark = pytest.mark.hub
@@ -69,7 +70,7 @@ def _free_port():
 def hub():
     if os.geteuid() != 0:
         _missing("the trial hub makes local users and runs as root")
-    reason = hubclient.cluster_or_reason()
+    reason = cluster_or_reason()
     if reason:
         _missing(reason)
     for exe, how in (("configurable-http-proxy", "npm install -g configurable-http-proxy"),

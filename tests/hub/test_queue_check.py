@@ -11,7 +11,8 @@ import time
 import pytest
 
 from grader.classroom import queue
-from hubclient import ROOT, cluster_or_reason
+from hubclient import ROOT
+from slurmhere import cluster_or_reason
 
 pytestmark = pytest.mark.hub
 
