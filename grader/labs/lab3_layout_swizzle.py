@@ -71,8 +71,13 @@ def ref_mma(r: int, c: int, shape, elem_bytes: int, swizzle_bytes: int) -> int:
     return swizzle_bytes_addr(linear * elem_bytes, swizzle_bytes) // elem_bytes
 
 
+FRAGMENT = (16, 8)   # the fp32 accumulator of mma.sync m16n8k16 on one warp
+
+
 def ref_fragment(r: int, c: int) -> dict:
-    return {"laneid": r * 4 + c // 2, "m": c % 2}
+    """Lane and register slot of element (r, c) of the m16n8k16 accumulator (PTX ISA: c0, c1 in
+    row lane // 4, c2, c3 eight rows below)."""
+    return {"laneid": 4 * (r % 8) + c // 2, "m": c % 2 + 2 * (r // 8)}
 
 
 def ref_wavefronts(addresses, width: int) -> int:
@@ -266,7 +271,7 @@ def grade_layouts(module, ctx: Context) -> Outcome:
         lib = lib_swizzled(shape, eb, sw)
         checks.append((f"layout_swizzled({shape}, {eb}, {sw})", fns["layout_swizzled"](shape, eb, sw), shape,
                        lambda i, j, s=shape, L=lib: evaluate(L, i, j, s)))
-    checks.append(("layout_mma_fragment()", fns["layout_mma_fragment"](), (8, 8),
+    checks.append(("layout_mma_fragment()", fns["layout_mma_fragment"](), FRAGMENT,
                    lambda i, j: _nonzero(ref_fragment(i, j))))
     for cols in (8, 64, 256) + ((16, 32, 128) if not ctx.public_only else ()):
         lib = wg_local_layout(cols)
@@ -483,7 +488,7 @@ def public_layouts(ctx, tables) -> dict:
     for shape, eb, sw in _shape_cases(ctx, PUBLIC_SWIZZLED, _random_swizzle):
         lib = lib_swizzled(shape, eb, sw)
         checks.append(("layout_swizzled", (shape, eb, sw), shape, lambda i, j, s=shape, x=lib: evaluate(x, i, j, s)))
-    checks.append(("layout_mma_fragment", (), (8, 8), lambda i, j: _nonzero(ref_fragment(i, j))))
+    checks.append(("layout_mma_fragment", (), FRAGMENT, lambda i, j: _nonzero(ref_fragment(i, j))))
     for cols in (8, 64, 256):
         lib = wg_local_layout(cols)
         checks.append(("layout_warpgroup_rows", (cols,), (128, cols),

@@ -93,6 +93,19 @@ def test_off_by_one_swizzle_loses_credit(root, edit, tmp_path):
     assert right < total     # offset_mma builds on offset_swizzled
 
 
+@pytest.mark.parametrize("answer", [
+    "TileLayout(S[(8, 4, 2) : (4 @ laneid, 1 @ laneid, 1)])",        # the 8 x 8 fragment, rows 8-15 left out
+    "TileLayout(S[(8, 2, 4, 2) : (4 @ laneid, 2, 1 @ laneid, 1)])",   # the row split the wrong way round
+    "TileLayout(S[(2, 8, 4, 2) : (1, 4 @ laneid, 1 @ laneid, 2)])",   # the two slot pieces swapped
+])
+def test_a_fragment_that_does_not_hold_rows_r_and_r_plus_8_in_one_lane_is_caught(root, edit, tmp_path, answer):
+    nb = edit(os.path.join(root, *SOLUTION), {
+        "TileLayout(S[(2, 8, 4, 2) : (2, 4 @ laneid, 1 @ laneid, 1)])": answer})
+    out = grade_here(nb, "a_layouts", tmp_path)
+    assert out.points < out.max_points, out.message
+    assert "first wrong: layout_mma_fragment()" in out.message, out.message
+
+
 def test_counter_that_ignores_the_access_width_is_caught(root, edit, tmp_path):
     nb = edit(os.path.join(root, *SOLUTION), {
         "threads_per_phase = 32 if width <= 4 else 128 // width": "threads_per_phase = 32",
