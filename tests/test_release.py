@@ -225,6 +225,21 @@ def test_public_checks_of_the_hand_recorded_parts(root, edition, tmp_path):
     assert parts, "lab 3's hand-recorded parts were dropped from the edition (see the release's warnings)"
     good = _check_in_edition(edition, pasted, lab, parts)
     assert all(good[p][0] == "passed" for p in parts), good
+    # The edition has no wavefront model of its own (it is part b_counter's answer): it counts the
+    # transpose layout's conflicts with the student's own functions, says so, and scores nothing by it.
+    assert ("addresses_rows up to 4 wavefronts (the design needs 4), addresses_gather up to 1 wavefronts "
+            "(the design needs 1)") in good["b_patterns"][1], good["b_patterns"]
+    with open(pasted) as f:
+        nb = json.load(f)
+    for c in nb["cells"]:
+        src = c["source"] if isinstance(c["source"], str) else "".join(c["source"])
+        c["source"] = src.replace("row = (r % 8) * 8 + r // 8", "row = r")
+    plain = str(tmp_path / "plain_swizzle.ipynb")
+    with open(plain, "w") as f:
+        json.dump(nb, f)
+    bad = _check_in_edition(edition, plain, lab, ["b_patterns"])["b_patterns"]
+    assert "addresses_gather up to 8 wavefronts (the design needs 1)" in bad[1], bad
+    assert "not scored here" in bad[1] and bad[0] == "passed", bad       # the course grader scores it
 
 
 def test_cli_public_check_in_the_edition(root, edition, tmp_path):

@@ -229,14 +229,35 @@ def _figure(module, extra: dict, offsets: dict) -> tuple[bool, str]:
 def _chunked_bijection(module, extra: dict, offsets: dict) -> tuple[bool, str]:
     """An offset function of a tile that is a bijection onto the tile and keeps every chunk of
     ``chunk`` elements whole and aligned (what lab 3's transpose kernel needs to store 16 bytes
-    at a time). Its bank conflicts are checked by the course grader."""
+    at a time). Its bank conflicts are the course grader's to score (``own_counts`` shows them)."""
     from .. import grading
     (rows, cols), chunk = extra["shape"], extra["chunk"]
-    ok, msg = grading.chunked_bijection(grading.student(module, extra["fn"]), rows, cols, chunk, extra["fn"])
-    return ok, msg + ("; its bank conflicts are checked by the course grader" if ok else "")
+    return grading.chunked_bijection(grading.student(module, extra["fn"]), rows, cols, chunk, extra["fn"])
 
 
-EXTRAS = {"figure": _figure, "chunked_bijection": _chunked_bijection}
+def _own_counts(module, extra: dict, offsets: dict) -> tuple[None, str]:
+    """Not scored: a design's cost counted with the submission's own functions (lab 3: its address
+    patterns on its transpose layout, counted by its wavefront counter), beside what the design
+    needs. A signal where the edition holds no counter of its own; the course grader counts with
+    its own model."""
+    from .. import grading
+    from ..remote import Table2D
+    rows, cols = extra["shape"]
+    count = grading.student(module, extra["counter"])
+    parts = []
+    try:
+        layout = Table2D(grading.student(module, extra["fn"]), rows, cols)
+        for pattern in extra["patterns"]:
+            make = grading.student(module, pattern["fn"])
+            worst = max(int(count(make(layout, *args), pattern["width"])) for args in pattern["args"])
+            parts.append(f"{pattern['fn']} up to {worst} wavefronts (the design needs {pattern['needs']})")
+    except Exception as e:   # noqa: BLE001 - whatever the submission raised, said and not scored
+        return None, f"{extra['fn']} not counted: {type(e).__name__}: {str(e)[:200]}"
+    return None, (f"{extra['fn']}, counted with your {', '.join(p['fn'] for p in extra['patterns'])} and "
+                  f"{extra['counter']}: " + ", ".join(parts) + " (not scored here: the course grader counts with its own)")
+
+
+EXTRAS = {"figure": _figure, "chunked_bijection": _chunked_bijection, "own_counts": _own_counts}
 
 
 # ---------------------------------------------------------------- grading a part
@@ -258,8 +279,10 @@ def grade_from_table(entry: dict, module, ctx):
     table = grading.grade_calls(calls, noun="public cases", per_function=True)
     frac, msg = table.fraction, table.message + " (the course grader adds hidden ones)"
     extras = [EXTRAS[e["kind"]](module, e, offsets) for e in entry.get("extras", [])]
+    scored = [ok for ok, _ in extras if ok is not None]     # None: said, not scored
+    if scored:
+        frac = 0.5 * frac + 0.5 * sum(scored) / len(scored)
     if extras:
-        frac = 0.5 * frac + 0.5 * sum(ok for ok, _ in extras) / len(extras)
         msg += " | " + " | ".join(m for _, m in extras)
     if entry.get("note"):
         msg += " | " + entry["note"]

@@ -532,7 +532,12 @@ def public_patterns(ctx, tables) -> dict:
                                              tables.encode(refs[fn](off, *args))])
     return {"checks": [{"fn": fn, "compare": {"kind": "same"}, "cases": c} for fn, c in cases.items()],
             "offsets": offsets_shipped,
-            "extras": [{"kind": "chunked_bijection", "fn": "transpose_smem_offset", "shape": list(shape), "chunk": 8}],
+            "extras": [{"kind": "chunked_bijection", "fn": "transpose_smem_offset", "shape": list(shape), "chunk": 8},
+                       {"kind": "own_counts", "fn": "transpose_smem_offset", "shape": list(shape), "counter": "wavefronts",
+                        "patterns": [{"fn": "addresses_rows", "width": 16, "needs": 4,
+                                      "args": [[row0] for row0 in range(0, TILE_ROWS, 4)]},
+                                     {"fn": "addresses_gather", "width": 2, "needs": 1,
+                                      "args": [[col0, k] for col0 in range(0, TILE_COLS, 4) for k in range(8)]}]}],
             "note": "the address patterns on your transpose layout are checked by the course grader"}
 
 
