@@ -15,13 +15,15 @@ refuses anything else (``Unknown``): a kernel whose epilogue leaves that subset 
 from __future__ import annotations
 
 import re
+import time
 
 THREAD_NAMES = {"threadIdx.x": "x", "threadIdx.y": "y", "threadIdx.z": "z"}
 BLOCK_NAMES = ("blockIdx.x", "blockIdx.y", "blockIdx.z")
 TYPES = {"int", "uint", "unsigned", "int32_t", "uint32_t", "int64_t", "uint64_t", "long", "short", "char",
          "bool", "half", "float", "signed"}
 MAX_LINE = 4000          # a longer line is not read (the patterns below would backtrack on it)
-MAX_STEPS = 400_000      # statements followed for all threads together: beyond, not checked
+MAX_STEPS = 3_000_000    # statements followed for all threads together: beyond, not checked
+MAX_SECONDS = 20.0       # and the time to follow them (long expressions cost more than one step)
 WIDTHS = {"half": 1, "half2": 2, "uint1": 2, "uint2": 4, "uint4": 8, "float2": None, "float4": None}
 
 
@@ -31,7 +33,7 @@ class Unknown(Exception):
 
 # ---------------------------------------------------------------- integer expressions
 
-_TOKEN = re.compile(r"\s*(?:(0[xX][0-9a-fA-F]+|\d+)[uUlL]*|([A-Za-z_]\w*(?:\.[xyz])?)|"
+_TOKEN = re.compile(r"\s*(?:(0[xX][0-9a-fA-F]+|\d+)[uUlL]*|([A-Za-z_]\w*(?:\.[xyzw])?)|"
                     r"(<<|>>|<=|>=|==|!=|&&|\|\||[-+*/%&|^<>()!~,?:\[\]]))")
 
 
@@ -201,7 +203,13 @@ def expression(text: str):
 _FOR = re.compile(r"for \((?:int|int64_t) (\w+) = (.+); \1 < (.+); \+\+\1\) \{$")
 _IF = re.compile(r"if \((.+)\) \{$")
 _DECL = re.compile(r"(?:int|uint|int32_t|uint32_t|int64_t|long|unsigned int) (\w+) = (.+);$")
-_ASSIGN = re.compile(r"(\w+) = (.+);$")
+_ASSIGN = re.compile(r"(\w+(?:\.[xyzw])?) = (.+);$")        # an int, or a component of an int2/int4
+_VDECL = re.compile(r"(int2|int4) (\w+);$")
+_VMAKE = re.compile(r"(int2|int4) (\w+) = make_(?:int2|int4)\((.+)\);$")
+_HLOAD = re.compile(r"half2 (\w+) = \*\(half2\*\)\((\w+) \+ (.+)\);$")   # two converted values, read as one
+_SSTORE = re.compile(r"\(\(half\*\)(\w+)\)\[(.+)\] = (\w+)\.([xy]);$")   # one of them into a half array
+_CAST_STORE = re.compile(r"\(\(\w+\*\)(\w+)\)\[.*\] = ")
+_LANES = "xyzw"
 _CONVERT = re.compile(r"(\w+)\[(.+?)\] = \(\(half\)(\w+)\[(.+?)\]\);$")
 _VSTORE = re.compile(r"\*\((\w+)\*\)\((\w+) \+ (.+)\) = \*\((\w+)\*\)\((\w+) \+ (.+)\);$")
 _STORE_TARGET = re.compile(r"(?:\*\(\w+\*\)\(|\b)(\w+)(?: \+ |\[)")
@@ -264,21 +272,52 @@ def _tree(lines: list, i: int, out: str):
             kind = "store" if m.group(1) == out else "convert"
             nodes.append((kind, m.group(1), _compile(m.group(2)), m.group(3), _compile(m.group(4))))
             continue
+        m = _VDECL.match(s)
+        if m:
+            nodes.append(("vdecl", m.group(2), 2 if m.group(1) == "int2" else 4))
+            continue
+        m = _VMAKE.match(s)
+        if m:
+            parts = _split_args(m.group(3))
+            nodes.append(("vmake", m.group(2), [_compile(a) for a in parts] if len(parts) <= 4 else None))
+            continue
+        m = _HLOAD.match(s)
+        if m:
+            nodes.append(("hload", m.group(1), m.group(2), _compile(m.group(3))))
+            continue
+        m = _SSTORE.match(s)
+        if m and m.group(1) == out:
+            nodes.append(("sstore", _compile(m.group(2)), m.group(3), "xy".index(m.group(4))))
+            continue
         m = _DECL.match(s) or _ASSIGN.match(s)
         if m:
             nodes.append(("int", m.group(1), _compile(m.group(2)), bool(_DECL.match(s))))
             continue
-        t = _STORE_TARGET.match(s)
+        t = _STORE_TARGET.match(s) or _CAST_STORE.match(s)
         if t and t.group(1) == out and "=" in s and not s.startswith(("if", "for")):
             nodes.append(("opaque", s))             # a store into the output this check cannot read
     return nodes, i
 
 
+def _split_args(text: str) -> list:
+    """The arguments of a call, split at the commas outside parentheses."""
+    parts, depth, start = [], 0, 0
+    for k, ch in enumerate(text):
+        if ch in "([":
+            depth += 1
+        elif ch in ")]":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            parts.append(text[start:k])
+            start = k + 1
+    return parts + [text[start:]]
+
+
 def _stores(nodes) -> bool:
     """Whether ``nodes`` store into the output or convert a register (a loop's or branch's own
     answer is computed once, when the tree is read, and kept as its last field)."""
-    return any(n[0] in ("vstore", "store", "opaque", "convert") or (n[0] in ("for", "if") and n[-1])
-               for n in nodes)
+    return any(n[0] in ("vstore", "store", "sstore", "opaque", "convert", "hload")
+               or (n[0] in ("for", "if") and n[-1]) for n in nodes)
 
 
 def _run(nodes, env: dict, pairs: dict, out: list, budget: list) -> None:
@@ -286,6 +325,8 @@ def _run(nodes, env: dict, pairs: dict, out: list, budget: list) -> None:
         budget[0] -= 1
         if budget[0] < 0:
             raise Unknown(f"the epilogue takes more than {MAX_STEPS} statements to follow")
+        if budget[0] % 1024 == 0 and time.monotonic() > budget[1]:
+            raise Unknown(f"the epilogue takes more than {MAX_SECONDS:.0f} s to follow")
         kind = n[0]
         if kind == "int":
             _, name, fn, declared = n
@@ -319,6 +360,29 @@ def _run(nodes, env: dict, pairs: dict, out: list, budget: list) -> None:
                 if (buf, first + e) not in pairs:
                     raise Unknown(f"{buf}[{first + e}] holds no converted accumulator value")
                 out.append((base + e, pairs[(buf, first + e)]))
+        elif kind == "vdecl":
+            _, name, lanes = n
+            for c in _LANES[:lanes]:
+                env[f"{name}.{c}"] = None
+        elif kind == "vmake":
+            _, name, fns = n
+            for c, fn in zip(_LANES, fns or []):
+                try:
+                    env[f"{name}.{c}"] = fn(env)
+                except Unknown:
+                    env[f"{name}.{c}"] = None
+        elif kind == "hload":
+            _, name, buf, start = n
+            first = start(env)
+            for e in range(2):
+                if (buf, first + e) not in pairs:
+                    raise Unknown(f"{buf}[{first + e}] holds no converted accumulator value")
+                pairs[("half2", name, e)] = pairs[(buf, first + e)]
+        elif kind == "sstore":
+            _, idx, vec, e = n
+            if ("half2", vec, e) not in pairs:
+                raise Unknown(f"{vec} holds no converted accumulator value")
+            out.append((idx(env), pairs[("half2", vec, e)]))
         elif kind == "opaque":
             raise Unknown(f"a store this check cannot read: {n[1][:80]}")
 
@@ -337,18 +401,19 @@ def output_pointer(cuda: str, name: str) -> str:
     return f"{name}_ptr" if re.search(rf"\b{name}_ptr\b", cuda) else name
 
 
-def epilogue_places(cuda: str, threads: int, out: str = "D", block=(0, 0, 0)) -> dict:
+def epilogue_places(cuda: str, threads: int, out: str = "D", block=(0, 0, 0), pointer: str | None = None) -> dict:
     """{thread: [(element offset, (accumulator buffer, register)), ...]}: every element the threads
-    of CTA ``block`` store into the output ``out``, in order, with the register it came from.
-    Raises ``Unknown`` where the epilogue leaves the subset this module follows."""
-    ptr = output_pointer(cuda, out)
+    of CTA ``block`` store into the output ``out`` (or into the CUDA array ``pointer``), in order,
+    with the register it came from. Raises ``Unknown`` where the epilogue leaves the subset this
+    module follows."""
+    ptr = pointer or output_pointer(cuda, out)
     try:
         nodes, _ = _tree(kernel_body(cuda), 0, ptr)
     except RecursionError:
         raise Unknown("blocks nested too deeply") from None
     if not _stores(nodes):
         raise Unknown(f"no store into {out} converts an accumulator register")
-    places, budget = {}, [MAX_STEPS]
+    places, budget = {}, [MAX_STEPS, time.monotonic() + MAX_SECONDS]
     for t in range(threads):
         env = {"threadIdx.x": t, "threadIdx.y": 0, "threadIdx.z": 0,
                **dict(zip(BLOCK_NAMES, block))}
@@ -359,6 +424,20 @@ def epilogue_places(cuda: str, threads: int, out: str = "D", block=(0, 0, 0)) ->
             raise Unknown("an expression nested too deeply") from None
         places[t] = stored
     return places
+
+
+_TMA_STORE = re.compile(r"ptx_cp_async_bulk_tensor_shared_to_global\w*\(\(?&\(\(\(half\*\)(\w+)\)\[(\d+)\]\)\)?,")
+
+
+def tma_store_source(cuda: str) -> tuple[str, int]:
+    """(CUDA array, element offset) of the shared-memory tile the kernel's TMA stores read: the
+    lowest start among its stores (a tile stored in column blocks starts at its first)."""
+    found = {(m.group(1), int(m.group(2))) for m in _TMA_STORE.finditer("\n".join(kernel_body(cuda)))}
+    if not found:
+        raise Unknown("no TMA store of an fp16 shared-memory tile found")
+    if len({p for p, _ in found}) != 1:
+        raise Unknown("TMA stores from more than one shared-memory array")
+    return min(found, key=lambda f: f[1])
 
 
 # ---------------------------------------------------------------- the check against the fragment
@@ -406,9 +485,10 @@ class Places:
     output's row length (for messages). The student edition holds the same answer hashed, thread
     by thread (grader/edition/tables.py), with the same ``threads``, ``regs``, ``cols`` and ``fits``."""
 
-    def __init__(self, offsets: list, cols: int, block=(0, 0, 0)):
+    def __init__(self, offsets: list, cols: int, block=(0, 0, 0), via: str | None = None):
         self.offsets, self.cols, self.block = [list(o) for o in offsets], cols, tuple(block)
         self.threads, self.regs = len(offsets), len(offsets[0])
+        self.via = via      # None: stores into the output; "tma_store": into the tile a TMA store reads
 
     def fits(self, thread: int, got: list) -> bool:
         return got == self.offsets[thread]
@@ -433,8 +513,15 @@ def check_places(cuda: str, places, out: str = "D") -> tuple[bool | None, str]:
 
 def _check_block(cuda: str, places, out: str) -> tuple[bool | None, str]:
     """check_places for the threads of one CTA, ``places.block``."""
+    via = getattr(places, "via", None)
     try:
-        stored = epilogue_places(cuda, places.threads, out, block=places.block)
+        if via == "tma_store":       # offsets into the tile the TMA store reads, from its start
+            ptr, base = tma_store_source(cuda)
+            stored = epilogue_places(cuda, places.threads, block=places.block, pointer=ptr)
+            stored = {t: [(off - base, src) for off, src in rows] for t, rows in stored.items()}
+            out = "the TMA store's shared-memory tile"
+        else:
+            stored = epilogue_places(cuda, places.threads, out, block=places.block)
     except Unknown as e:
         return None, f"not checked ({e})"
     buffers = {buf for rows in stored.values() for _, (buf, _) in rows}
@@ -471,7 +558,8 @@ def _check_block(cuda: str, places, out: str) -> tuple[bool | None, str]:
     t, regs = first
     twice = sorted(k for k, offs in regs.items() if len(offs) > 1)
     never = [k for k in range(places.regs) if k not in regs]
-    where = lambda off: f"{out}[{off // places.cols}][{off % places.cols}]"  # noqa: E731
+    where = ((lambda off: f"element {off}") if via == "tma_store" else   # noqa: E731 (swizzled: no (row, col) to show)
+             (lambda off: f"{out}[{off // places.cols}][{off % places.cols}]"))
     shown = ", ".join(f"{buf}[{k}] -> {where(regs[k][0])}" for k in sorted(regs)[:4] if len(regs[k]) == 1)
     extra = (f"; stored twice: {', '.join(map(str, twice[:6]))}" if twice else "") + \
             (f"; never stored: {', '.join(map(str, never[:6]))}{' ...' if len(never) > 6 else ''}" if never else "")

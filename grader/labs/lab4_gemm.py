@@ -279,9 +279,25 @@ def _acc_places(part_id: str, blocks=((0, 0),)):
                      for k in range(128)] for t in range(128)], cols, (bx, by, 0)) for bx, by in blocks]
 
 
+def _tile_places():
+    """Step 4's places: the epilogue writes the fp16 tile into Dsmem, whose 128-byte-swizzled layout
+    (smem_layouts' third) the TMA store reads; register k of thread t goes to the element of Dsmem
+    that holds D-tile element (64 h + row, col), as an offset from the tile's start (the start of the
+    TMA store's source). Every CTA stores its own tile from offset 0: CTA 0 stands for all."""
+    from tvm.backend.cuda.tile_primitive.tma_utils import SwizzleMode, mma_shared_layout
+
+    from ..fragment import Places
+    layout = mma_shared_layout("float16", SwizzleMode.SWIZZLE_128B_ATOM, (128, 128))
+    at = lambda r, c: int(layout.apply(r, c, shape=[128, 128])["m"])   # noqa: E731
+    coord = [[ref_acc_coord(t, i) for i in range(64)] for t in range(128)]
+    return [Places([[at(64 * (k // 64) + coord[t][k % 64][0], coord[t][k % 64][1]) for k in range(128)]
+                    for t in range(128)], 128, via="tma_store")]
+
+
 ACC_PLACES = {"s1_build_sm90": _acc_places("s1_build_sm90"), "s2_build_sm90": _acc_places("s2_build_sm90"),
               # step 3 has a grid: a CTA away from the origin shows its offsets too (256 x 384: 2 x 3 tiles)
-              "s3_build_sm90": _acc_places("s3_build_sm90", ((0, 0), (1, 2)))}
+              "s3_build_sm90": _acc_places("s3_build_sm90", ((0, 0), (1, 2))),
+              "s4_build_sm90": _tile_places()}
 
 GRADERS = {
     "sass_hazard": build_checks.accumulator_hazard,

@@ -456,3 +456,22 @@ def test_a_lab4_step3_that_swaps_its_grid_offsets_fails_its_build_part_on_a_cpu(
         ["s3_build_sm90"], "sm_90a")
     r = res["s3_build_sm90"]
     assert r.verdict == report.FAILED and "CTA (1, 2): 128 of 128 threads store registers" in r.message, r.message
+
+
+@pytest.mark.slow
+def test_a_lab4_step4_epilogue_that_misplaces_registers_in_dsmem_fails_its_build_part_on_a_cpu(root, edit, tmp_path,
+                                                                                              device):
+    """Step 4 writes the tile into the swizzled Dsmem that the TMA store reads: the check follows the
+    stores into that tile (the swizzle's XOR included) and compares with the layout's places."""
+    good = grade_edited(root, edit, tmp_path / "good", device, "lab4_gemm", {"ACC = ": "ACC = "}, ["s4_build_sm90"],
+                        "sm_90a")["s4_build_sm90"]
+    assert good.verdict == report.PASSED and "each of 128 threads stores its 128 registers" in good.message, \
+        good.message
+    for name, new in (("transposed", "Dsmem.vstore([col, WGMMA_M * h + row], pair"),
+                      ("one half over the other", "Dsmem.vstore([row, col], pair")):
+        res = grade_edited(root, edit, tmp_path / name.replace(" ", "_"), device, "lab4_gemm",
+                           {"Dsmem.vstore([WGMMA_M * h + row, col], pair": new}, ["s4_build_sm90"], "sm_90a")
+        r = res["s4_build_sm90"]
+        assert r.verdict == report.FAILED and r.points == 0, (name, r.message)
+        assert "threads store registers where the wgmma accumulator does not hold them" in r.message, (name, r.message)
+        assert "the TMA store's shared-memory tile" not in r.message or "-> element " in r.message, r.message

@@ -112,6 +112,55 @@ def test_an_epilogue_built_to_stall_the_reader_is_not_checked_quickly(body, why)
     assert ok is None and why in msg and time.time() - t < 10, msg
 
 
+# The same fragment written as TIRx writes a store into a swizzled shared tile (Lab 4 step 4): index
+# pairs as int2 with an XOR, the pair read as one half2 and stored as two halves, then a TMA store
+# of the tile, which starts 64 elements into the pool.
+TILE = ("  int t = ((int)threadIdx.x);\n"
+        "  for (int j = 0; j < 2; ++j) {\n"
+        "    pair_ptr[0] = ((half)acc_ptr[(j * 2)]);\n"
+        "    pair_ptr[1] = ((half)acc_ptr[((j * 2) + 1)]);\n"
+        "    int2 __1;\n"
+        "      int2 v__2 = make_int2(((t * 4) + (j * 2))+(1*0), ((t * 4) + (j * 2))+(1*1));\n"
+        "      int2 v__3 = make_int2(64, 64);\n"
+        "      __1.x = ((v__2.x ^ 1) + v__3.x);\n"
+        "      __1.y = ((v__2.y ^ 1) + v__3.y);\n"
+        "    half2 v__4 = *(half2*)(pair_ptr + 0);\n"
+        "    ((half*)pool_buf_ptr)[__1.x] = v__4.x;\n"
+        "    ((half*)pool_buf_ptr)[__1.y] = v__4.y;\n"
+        "  }\n"
+        "  if (t == 0) {\n"
+        "    ptx_cp_async_bulk_tensor_shared_to_global_2d((&(((half*)pool_buf_ptr)[64])), "
+        "((unsigned long long)(&(D_tensormap))), (uint64_t)0, 0, 0);\n"
+        "  }\n")
+
+
+def test_stores_into_the_tile_a_tma_store_reads_are_followed():
+    swizzled = fragment.Places([[1, 0, 3, 2], [5, 4, 7, 6]], cols=4, via="tma_store")   # element e at e ^ 1
+    assert fragment.tma_store_source(_kernel(TILE)) == ("pool_buf_ptr", 64)
+    ok, msg = fragment.check_places(_kernel(TILE), swizzled)
+    assert ok is True, msg
+    ok, msg = fragment.check_places(_kernel(TILE), fragment.Places([[0, 1, 2, 3], [4, 5, 6, 7]], cols=4, via="tma_store"))
+    assert ok is False and "thread 0 stores acc_ptr[0] -> element 1" in msg, msg      # the swizzle left out
+    two = _kernel(TILE + TILE.split("  if (t == 0) {")[1].replace("pool_buf_ptr", "other_ptr").join(["  if (t == 0) {", ""]))
+    ok, msg = fragment.check_places(two, swizzled)
+    assert ok is None and "more than one shared-memory array" in msg, msg
+    ok, msg = fragment.check_places(_kernel(TILE.replace("ptx_cp_async_bulk_tensor_shared_to_global_2d", "nothing")),
+                                    swizzled)
+    assert ok is None and "no TMA store" in msg, msg
+
+
+def test_an_epilogue_of_long_expressions_is_stopped_by_the_clock(monkeypatch):
+    """Steps bound the statements followed, not their cost: a loop of long expressions is stopped by
+    the time limit as well."""
+    import time
+    monkeypatch.setattr(fragment, "MAX_SECONDS", 1.0)
+    body = ("  for (int i = 0; i < 1000000000; ++i) {\n    int u = " + " + ".join(["(i * 3)"] * 300) + ";\n"
+            "    pair_ptr[0] = ((half)acc_ptr[0]);\n    D_ptr[u] = ((half)acc_ptr[1]);\n  }\n")
+    t = time.time()
+    ok, msg = fragment.check_places(_kernel(body), PLACES)
+    assert ok is None and "s to follow" in msg and time.time() - t < 6, msg
+
+
 def _with_wgmmas(body: str, runs) -> str:
     calls = "".join(f"  ptx_wgmma_mma_async_ss_64x4x16(desc_a_ptr[0], desc_b_ptr[0], "
                     + ", ".join(f"acc_ptr[{r}]" for r in run) + ");\n" for run in runs)
