@@ -200,6 +200,18 @@ def _check_in_edition(edition, notebook, lab, parts):
     return json.loads(lines[-1][len("RESULT "):])
 
 
+def _edited(notebook, old, new, dest):
+    """A copy of ``notebook`` at ``dest`` with ``old`` replaced by ``new`` in every cell."""
+    with open(notebook) as f:
+        nb = json.load(f)
+    for c in nb["cells"]:
+        src = c["source"] if isinstance(c["source"], str) else "".join(c["source"])
+        c["source"] = src.replace(old, new)
+    with open(dest, "w") as f:
+        json.dump(nb, f)
+    return dest
+
+
 def test_public_checks_in_a_fresh_process(root, edition, tmp_path):
     lab = "lab1_roofline"
     cpu = ["a_flops", "a_bytes", "a_predict", "c_roofline"]
@@ -229,14 +241,7 @@ def test_public_checks_of_the_hand_recorded_parts(root, edition, tmp_path):
     # transpose layout's conflicts with the student's own functions, says so, and scores nothing by it.
     assert ("addresses_rows up to 4 wavefronts (the design needs 4), addresses_gather up to 1 wavefronts "
             "(the design needs 1)") in good["b_patterns"][1], good["b_patterns"]
-    with open(pasted) as f:
-        nb = json.load(f)
-    for c in nb["cells"]:
-        src = c["source"] if isinstance(c["source"], str) else "".join(c["source"])
-        c["source"] = src.replace("row = (r % 8) * 8 + r // 8", "row = r")
-    plain = str(tmp_path / "plain_swizzle.ipynb")
-    with open(plain, "w") as f:
-        json.dump(nb, f)
+    plain = _edited(pasted, "row = (r % 8) * 8 + r // 8", "row = r", str(tmp_path / "plain_swizzle.ipynb"))
     bad = _check_in_edition(edition, plain, lab, ["b_patterns"])["b_patterns"]
     assert "addresses_gather up to 8 wavefronts (the design needs 1)" in bad[1], bad
     assert "not scored here" in bad[1] and bad[0] == "passed", bad       # the course grader scores it
@@ -402,16 +407,12 @@ def test_the_editions_build_check_reads_the_sealed_accumulator_places(root, edit
             assert set(entry) == {"cols", "regs", "block", "via", "seals"} and len(entry["seals"]) == 128
             assert all(set(seal) == {"__sealed__", "salt"} for seal in entry["seals"])
     pasted = _paste_reference(root, edition, lab, str(tmp_path / "pasted"))
-    good = _check_in_edition(edition, pasted, lab, ["s1_build_sm90"])["s1_build_sm90"]
-    assert good[0] == "passed" and "each of 128 threads stores its 128 registers" in good[1], good
-    with open(pasted) as f:
-        nb = json.load(f)
-    for c in nb["cells"]:
-        src = c["source"] if isinstance(c["source"], str) else "".join(c["source"])
-        c["source"] = src.replace("D.vstore([WGMMA_M * h + row, col], pair", "D.vstore([col, WGMMA_M * h + row], pair")
-    bad_path = str(tmp_path / "bad.ipynb")
-    with open(bad_path, "w") as f:
-        json.dump(nb, f)
+    checked = _check_in_edition(edition, pasted, lab, ["s1_build_sm90", "s4_build_sm90"])
+    for part in ("s1_build_sm90", "s4_build_sm90"):       # into D, and into the tile the TMA store reads
+        good = checked[part]
+        assert good[0] == "passed" and "each of 128 threads stores its 128 registers" in good[1], (part, good)
+    bad_path = _edited(pasted, "D.vstore([WGMMA_M * h + row, col], pair", "D.vstore([col, WGMMA_M * h + row], pair",
+                       str(tmp_path / "bad.ipynb"))
     bad = _check_in_edition(edition, bad_path, lab, ["s1_build_sm90"])["s1_build_sm90"]
     assert bad[0] != "passed" and "threads store registers where the wgmma accumulator does not hold them" in bad[1], bad
 
@@ -423,14 +424,7 @@ def test_the_editions_build_check_reads_the_sealed_descriptor_tiles(root, editio
     pasted = _paste_reference(root, edition, lab, str(tmp_path / "pasted"))
     good = _check_in_edition(edition, pasted, lab, ["s1_build_sm90"])["s1_build_sm90"]
     assert good[0] == "passed" and "ok (each of A (K-major), B (N-major)" in good[1], good
-    with open(pasted) as f:
-        nb = json.load(f)
     line = "LBO_B, SBO_B, _ = wgmma_desc_fields_mn(128, BLK_K)"
-    for c in nb["cells"]:
-        src = c["source"] if isinstance(c["source"], str) else "".join(c["source"])
-        c["source"] = src.replace(line, line.replace("BLK_K)", "BLK_K // 2)"))
-    bad_path = str(tmp_path / "bad.ipynb")
-    with open(bad_path, "w") as f:
-        json.dump(nb, f)
+    bad_path = _edited(pasted, line, line.replace("BLK_K)", "BLK_K // 2)"), str(tmp_path / "bad.ipynb"))
     bad = _check_in_edition(edition, bad_path, lab, ["s1_build_sm90"])["s1_build_sm90"]
     assert bad[0] != "passed" and "no descriptor has the fields of B (N-major)" in bad[1], bad
