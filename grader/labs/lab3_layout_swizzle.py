@@ -72,6 +72,9 @@ def ref_mma(r: int, c: int, shape, elem_bytes: int, swizzle_bytes: int) -> int:
 
 
 FRAGMENT = (16, 8)   # the fp32 accumulator of mma.sync m16n8k16 on one warp
+# One CTA's 64 rows of a cta_group::2 M = 128 tcgen05 accumulator: the PTX ISA's data-path layout B,
+# columns folded over the two halves of the lanes (tmem_datapath_layout's datapath and row count).
+TMEM_FOLDED = ("B", 64)
 
 
 def ref_fragment(r: int, c: int) -> dict:
@@ -277,9 +280,9 @@ def grade_layouts(module, ctx: Context) -> Outcome:
         lib = wg_local_layout(cols)
         checks.append((f"layout_warpgroup_rows({cols})", fns["layout_warpgroup_rows"](cols), (128, cols),
                        lambda i, j, s=(128, cols), L=lib: evaluate(L, i, j, s)))
-        lib = tmem_datapath_layout("D", 128, 2 * cols)
+        lib = tmem_datapath_layout(*TMEM_FOLDED, 2 * cols)
         checks.append((f"layout_tmem_accumulator({2 * cols})", fns["layout_tmem_accumulator"](2 * cols),
-                       (128, 2 * cols), lambda i, j, s=(128, 2 * cols), L=lib: evaluate(L, i, j, s)))
+                       (64, 2 * cols), lambda i, j, s=(64, 2 * cols), L=lib: evaluate(L, i, j, s)))
     public_labels = {lb for lb, *_ in _public_layout_labels(ctx)}
     wrong, total, bad_layouts = [], 0, 0
     for label, layout, shape, expect in checks:
@@ -493,9 +496,9 @@ def public_layouts(ctx, tables) -> dict:
         lib = wg_local_layout(cols)
         checks.append(("layout_warpgroup_rows", (cols,), (128, cols),
                        lambda i, j, s=(128, cols), x=lib: evaluate(x, i, j, s)))
-        lib = tmem_datapath_layout("D", 128, 2 * cols)
-        checks.append(("layout_tmem_accumulator", (2 * cols,), (128, 2 * cols),
-                       lambda i, j, s=(128, 2 * cols), x=lib: evaluate(x, i, j, s)))
+        lib = tmem_datapath_layout(*TMEM_FOLDED, 2 * cols)
+        checks.append(("layout_tmem_accumulator", (2 * cols,), (64, 2 * cols),
+                       lambda i, j, s=(64, 2 * cols), x=lib: evaluate(x, i, j, s)))
     cases: dict[str, list] = {}
     for fn, args, shape, expect in checks:
         points = [[i, j, expect(i, j)] for i, j in _elements(shape, r, 64)]

@@ -106,6 +106,17 @@ def test_a_fragment_that_does_not_hold_rows_r_and_r_plus_8_in_one_lane_is_caught
     assert "first wrong: layout_mma_fragment()" in out.message, out.message
 
 
+@pytest.mark.parametrize("answer", [
+    "TileLayout(S[(64, cols) : (1 @ TLane, 1 @ TCol)])",                  # no folding: lanes 64-127 unused
+    "TileLayout(S[(64, 2, cols // 2) : (2 @ TLane, 1 @ TLane, 1 @ TCol)])",  # halves interleaved over the lanes
+])
+def test_a_tmem_layout_that_does_not_fold_the_column_halves_over_the_lanes_is_caught(root, edit, tmp_path, answer):
+    nb = edit(os.path.join(root, *SOLUTION), {
+        "TileLayout(S[(64, 2, cols // 2) : (1 @ TLane, 64 @ TLane, 1 @ TCol)])": answer})
+    out = grade_here(nb, "a_layouts", tmp_path)
+    assert out.points < out.max_points and "first wrong: layout_tmem_accumulator(" in out.message, out.message
+
+
 def test_counter_that_ignores_the_access_width_is_caught(root, edit, tmp_path):
     nb = edit(os.path.join(root, *SOLUTION), {
         "threads_per_phase = 32 if width <= 4 else 128 // width": "threads_per_phase = 32",
