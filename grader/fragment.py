@@ -210,6 +210,7 @@ _HLOAD = re.compile(r"half2 (\w+) = \*\(half2\*\)\((\w+) \+ (.+)\);$")   # two c
 _SSTORE = re.compile(r"\(\(half\*\)(\w+)\)\[(.+)\] = (\w+)\.([xy]);$")   # one of them into a half array
 _CAST_STORE = re.compile(r"\(\(\w+\*\)(\w+)\)\[.*\] = ")
 _LANES = "xyzw"
+_ASSIGNMENT = re.compile(r"\s(?:[-+*/%&|^]|<<|>>)?=(?!=)")   # the first assignment operator of a statement
 _CONVERT = re.compile(r"(\w+)\[(.+?)\] = \(\(half\)(\w+)\[(.+?)\]\);$")
 _VSTORE = re.compile(r"\*\((\w+)\*\)\((\w+) \+ (.+)\) = \*\((\w+)\*\)\((\w+) \+ (.+)\);$")
 _STORE_TARGET = re.compile(r"(?:\*\(\w+\*\)\(|\b)(\w+)(?: \+ |\[)")
@@ -294,7 +295,9 @@ def _tree(lines: list, i: int, out: str):
             nodes.append(("int", m.group(1), _compile(m.group(2)), bool(_DECL.match(s))))
             continue
         t = _STORE_TARGET.match(s) or _CAST_STORE.match(s)
-        if t and t.group(1) == out and "=" in s and not s.startswith(("if", "for")):
+        a = _ASSIGNMENT.search(s)
+        if not s.startswith(("if", "for", "while")) and (
+                (t and t.group(1) == out and "=" in s) or (a and re.search(rf"\b{re.escape(out)}\b", s[:a.start()]))):
             nodes.append(("opaque", s))             # a store into the output this check cannot read
     return nodes, i
 

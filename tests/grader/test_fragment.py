@@ -147,6 +147,11 @@ def test_stores_into_the_tile_a_tma_store_reads_are_followed():
     ok, msg = fragment.check_places(_kernel(TILE.replace("ptx_cp_async_bulk_tensor_shared_to_global_2d", "nothing")),
                                     swizzled)
     assert ok is None and "no TMA store" in msg, msg
+    # a store into the tile in a form the reader does not follow is "not checked", never "stored nowhere"
+    for form in ("*(half2*)(((half*)pool_buf_ptr) + __1.x) = v__4;", "((half*)pool_buf_ptr)[__1.x] += v__4.x;"):
+        other = TILE.replace("((half*)pool_buf_ptr)[__1.x] = v__4.x;", form)
+        ok, msg = fragment.check_places(_kernel(other), swizzled)
+        assert ok is None and "a store this check cannot read" in msg, (form, msg)
 
 
 def test_an_epilogue_of_long_expressions_is_stopped_by_the_clock(monkeypatch):
