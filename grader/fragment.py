@@ -230,7 +230,8 @@ def _compile(text: str):
 
 
 def _tree(lines: list, i: int, out: str):
-    """The statements from line ``i`` to the closing brace of their block: (nodes, next line)."""
+    """The statements from line ``i`` to the closing brace of their block: (nodes, next line,
+    whether the block ended in ``} else {``, whose line is then the next one)."""
     nodes = []
     while i < len(lines):
         s = lines[i].strip()
@@ -240,24 +241,26 @@ def _tree(lines: list, i: int, out: str):
                 nodes.append(("opaque", s[:80]))
             continue
         if s == "}":
-            return nodes, i
+            return nodes, i, False
         if s == "} else {":
-            return nodes, i - 1
+            return nodes, i - 1, True
+        if s.startswith("} else"):
+            raise Unknown(f"a branch this check does not follow: {s[:60]}")
         m = _FOR.match(s)
         if m:
-            body, i = _tree(lines, i, out)
+            body, i = _block(lines, i, out)
             nodes.append(("for", m.group(1), _compile(m.group(2)), _compile(m.group(3)), body, _stores(body)))
             continue
         m = _IF.match(s)
         if m:
-            yes, i = _tree(lines, i, out)
+            yes, i, has_else = _tree(lines, i, out)
             no = []
-            if i < len(lines) and lines[i].strip() == "} else {":
-                no, i = _tree(lines, i + 1, out)
+            if has_else:          # this if's own else (an if without one ends at its "}")
+                no, i = _block(lines, i + 1, out)
             nodes.append(("if", _compile(m.group(1)), yes, no, _stores(yes) or _stores(no)))
             continue
         if s.endswith("{"):
-            body, i = _tree(lines, i, out)            # a scope of its own
+            body, i = _block(lines, i, out)           # a scope of its own
             nodes.extend(body)
             continue
         m = _VSTORE.match(s)
@@ -299,6 +302,14 @@ def _tree(lines: list, i: int, out: str):
         if not s.startswith(("if", "for", "while")) and (
                 (t and t.group(1) == out and "=" in s) or (a and re.search(rf"\b{re.escape(out)}\b", s[:a.start()]))):
             nodes.append(("opaque", s))             # a store into the output this check cannot read
+    return nodes, i
+
+
+def _block(lines: list, i: int, out: str):
+    """A block that cannot have an else (a loop's, a scope's, an else's own): (nodes, next line)."""
+    nodes, i, has_else = _tree(lines, i, out)
+    if has_else:
+        raise Unknown("an else after a block that is not an if's")
     return nodes, i
 
 
@@ -411,7 +422,7 @@ def epilogue_places(cuda: str, threads: int, out: str = "D", block=(0, 0, 0), po
     module follows."""
     ptr = pointer or output_pointer(cuda, out)
     try:
-        nodes, _ = _tree(kernel_body(cuda), 0, ptr)
+        nodes, _, _ = _tree(kernel_body(cuda), 0, ptr)
     except RecursionError:
         raise Unknown("blocks nested too deeply") from None
     if not _stores(nodes):

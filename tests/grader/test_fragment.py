@@ -112,6 +112,17 @@ def test_an_epilogue_built_to_stall_the_reader_is_not_checked_quickly(body, why)
     assert ok is None and why in msg and time.time() - t < 10, msg
 
 
+def test_an_else_belongs_to_its_own_if_not_to_an_inner_one_that_has_none():
+    """An if without an else, last in the body of an if with one (a producer branch holding an
+    elected thread's branch, then the consumers' else, as in Lab 5): the else is the outer if's."""
+    nested = ("  int t = ((int)threadIdx.x);\n  if (t < 0) {\n    if (t == 5) {\n    }\n  } else {\n"
+              + RIGHT.replace("  int t = ((int)threadIdx.x);\n", "") + "  }\n")
+    ok, msg = fragment.check_places(_kernel(nested), PLACES)
+    assert ok is True, msg
+    ok, msg = fragment.check_places(_kernel(nested.replace("  } else {", "  } else if (t > 0) {")), PLACES)
+    assert ok is None and "a branch this check does not follow" in msg, msg
+
+
 # The same fragment written as TIRx writes a store into a swizzled shared tile (Lab 4 step 4): index
 # pairs as int2 with an XOR, the pair read as one half2 and stored as two halves, then a TMA store
 # of the tile, which starts 64 elements into the pool.
