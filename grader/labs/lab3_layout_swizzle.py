@@ -11,7 +11,7 @@
 - ``offset_mma(r, c, shape, elem_bytes, swizzle_bytes)``: the offset that
   ``mma_shared_layout(dtype, mode, shape)`` gives element (r, c).
 - ``wavefronts(addresses, width)``: shared-memory wavefronts of one warp's access.
-- ``addresses_rows(offset, row0)``, ``addresses_column(offset, row0, chunk)``,
+- ``addresses_rows(offset, row0)``, ``addresses_ldmatrix(offset, row0, col0)``,
   ``addresses_gather(offset, col0, k)``: byte addresses of three warp access patterns on a
   64-column fp16 tile stored by ``offset(r, c)``; ``transpose_smem_offset(r, c)``: the
   shared-memory layout of the swizzled transpose kernel.
@@ -103,8 +103,10 @@ def ref_addresses_rows(offset, row0: int) -> list[int]:
     return [ELEM * offset(row0 + t // 8, 8 * (t % 8)) for t in range(32)]
 
 
-def ref_addresses_column(offset, row0: int, chunk: int) -> list[int]:
-    return [ELEM * offset(row0 + t, 8 * chunk) for t in range(32)]
+def ref_addresses_ldmatrix(offset, row0: int, col0: int) -> list[int]:
+    """ldmatrix .x4 of the 16 x 16 A block of mma.m16n8k16 at (row0, col0): thread t gives row t % 8
+    of matrix t // 8, the matrices in the A fragment's order (rows 0-7, rows 8-15; then k + 8)."""
+    return [ELEM * offset(row0 + 8 * (t // 8 % 2) + t % 8, col0 + 8 * (t // 16)) for t in range(32)]
 
 
 def ref_addresses_gather(offset, col0: int, k: int) -> list[int]:
@@ -387,24 +389,24 @@ def _pattern_offsets(r) -> dict:
 
 
 def grade_patterns(module, ctx: Context) -> Outcome:
-    gens = {n: grading.student(module, n) for n in ("addresses_rows", "addresses_column", "addresses_gather")}
+    gens = {n: grading.student(module, n) for n in ("addresses_rows", "addresses_ldmatrix", "addresses_gather")}
     design = grading.student(module, "transpose_smem_offset")
     r = inputs.rng(LAB, ctx.part.id, ctx.seed)
     n_cases = 2 if ctx.public_only else 2 + ctx.part.params["hidden_cases"]
-    fixed = [("addresses_rows", (0,)), ("addresses_column", (0, 0)), ("addresses_gather", (0, 0))]
+    fixed = [("addresses_rows", (0,)), ("addresses_ldmatrix", (0, 0)), ("addresses_gather", (0, 0))]
     cases = []
     offsets = _pattern_offsets(r)
     for name, off in offsets.items():
         calls = list(fixed) if name != "random chunk permutation" or not ctx.public_only else []
         for _ in range(n_cases):
             calls.append(("addresses_rows", (4 * r.randrange(15),)))
-            calls.append(("addresses_column", (r.choice([0, 8, 16, 32]), r.randrange(8))))
+            calls.append(("addresses_ldmatrix", (16 * r.randrange(4), 8 * r.randrange(7))))
             calls.append(("addresses_gather", (4 * r.randrange(16), r.randrange(8))))
         for k, (fn_name, args) in enumerate(calls):
             cases.append((name, off, fn_name, args, k >= len(fixed) or name == "random chunk permutation"))
-    refs = {"addresses_rows": ref_addresses_rows, "addresses_column": ref_addresses_column,
+    refs = {"addresses_rows": ref_addresses_rows, "addresses_ldmatrix": ref_addresses_ldmatrix,
             "addresses_gather": ref_addresses_gather}
-    widths = {"addresses_rows": 16, "addresses_column": 16, "addresses_gather": 2}
+    widths = {"addresses_rows": 16, "addresses_ldmatrix": 16, "addresses_gather": 2}
     wrong, notes = [], {}
     for c, (lay, off, fn_name, args, hidden) in enumerate(cases):
         exp = refs[fn_name](off, *args)
@@ -421,7 +423,7 @@ def grade_patterns(module, ctx: Context) -> Outcome:
     pat_msg = f"patterns: {len(cases) - len(wrong)}/{len(cases)} address lists right"
     if wrong:
         pat_msg += "; first wrong: " + wrong[0]
-    table = "; ".join(f"{lay}: rows {notes[(lay, 'addresses_rows')]}, column {notes[(lay, 'addresses_column')]}, "
+    table = "; ".join(f"{lay}: rows {notes[(lay, 'addresses_rows')]}, ldmatrix {notes[(lay, 'addresses_ldmatrix')]}, "
                       f"gather {notes[(lay, 'addresses_gather')]} wavefronts"
                       for lay in ("row-major", "128B swizzle", "interleaved + 128B swizzle"))
     d_ok, d_msg = check_transpose_layout(design)
@@ -511,8 +513,8 @@ def public_patterns(ctx, tables) -> dict:
     """Lab 3 b_patterns: the address lists on the grader's public layouts, except the transpose
     layout (the answer of transpose_smem_offset), and the shape of transpose_smem_offset."""
     r = inputs.rng(LAB, ctx.part.id, ctx.seed)
-    fixed = [("addresses_rows", (0,)), ("addresses_column", (0, 0)), ("addresses_gather", (0, 0))]
-    refs = {"addresses_rows": ref_addresses_rows, "addresses_column": ref_addresses_column,
+    fixed = [("addresses_rows", (0,)), ("addresses_ldmatrix", (0, 0)), ("addresses_gather", (0, 0))]
+    refs = {"addresses_rows": ref_addresses_rows, "addresses_ldmatrix": ref_addresses_ldmatrix,
             "addresses_gather": ref_addresses_gather}
     offsets = _pattern_offsets(r)
     shape = (TILE_ROWS, TILE_COLS)
@@ -523,7 +525,7 @@ def public_patterns(ctx, tables) -> dict:
         calls = list(fixed) if name != "random chunk permutation" else []
         for _ in range(2):
             calls.append(("addresses_rows", (4 * r.randrange(15),)))
-            calls.append(("addresses_column", (r.choice([0, 8, 16, 32]), r.randrange(8))))
+            calls.append(("addresses_ldmatrix", (16 * r.randrange(4), 8 * r.randrange(7))))
             calls.append(("addresses_gather", (4 * r.randrange(16), r.randrange(8))))
         values = [int(off(i, j)) for i, j in cells]
         if values == answer:          # the answer of transpose_smem_offset: not shipped

@@ -117,6 +117,16 @@ def test_a_tmem_layout_that_does_not_fold_the_column_halves_over_the_lanes_is_ca
     assert out.points < out.max_points and "first wrong: layout_tmem_accumulator(" in out.message, out.message
 
 
+@pytest.mark.parametrize("answer", [
+    "row0 + 8 * (t // 16) + t % 8, col0 + 8 * (t // 8 % 2))",   # quarters in reading order (upper right second)
+    "row0 + 8 * (t // 8 % 2) + t % 8, col0)",                    # one 8-column half only
+])
+def test_ldmatrix_addresses_with_the_quarters_in_another_order_are_caught(root, edit, tmp_path, answer):
+    nb = edit(os.path.join(root, *SOLUTION), {"row0 + 8 * (t // 8 % 2) + t % 8, col0 + 8 * (t // 16))": answer})
+    out = grade_here(nb, "b_patterns", tmp_path)
+    assert out.points < out.max_points and "first wrong: addresses_ldmatrix" in out.message, out.message
+
+
 def test_counter_that_ignores_the_access_width_is_caught(root, edit, tmp_path):
     nb = edit(os.path.join(root, *SOLUTION), {
         "threads_per_phase = 32 if width <= 4 else 128 // width": "threads_per_phase = 32",
