@@ -45,7 +45,7 @@ def _tokens(text: str) -> list:
         if not m or m.end() == pos:
             raise Unknown(f"cannot read {text[pos:pos + 20]!r}")
         num, name, op = m.groups()
-        out.append(("num", int(num, 0)) if num else ("name", name) if name else ("op", op))
+        out.append(("num", _wrap(int(num, 0))) if num else ("name", name) if name else ("op", op))
         pos = m.end()
         while pos < len(text) and text[pos].isspace():
             pos += 1
@@ -63,6 +63,18 @@ def _cmod(a: int, b: int) -> int:
     return a - b * _cdiv(a, b)
 
 
+def _wrap(v: int) -> int:
+    """A value kept to 64 bits, as a C integer is (Python's would grow without bound: a source that
+    squares a number in a loop, or shifts 1 by 2^40, must not exhaust the grader's memory)."""
+    return (v + (1 << 63)) % (1 << 64) - (1 << 63)
+
+
+def _shift(a: int, b: int, left: bool) -> int:
+    if not 0 <= b < 64:
+        raise Unknown(f"a shift by {b}")
+    return _wrap(a << b) if left else a >> b
+
+
 _BINARY = [  # lowest precedence first
     {"||": lambda a, b: int(bool(a) or bool(b))},
     {"&&": lambda a, b: int(bool(a) and bool(b))},
@@ -72,9 +84,9 @@ _BINARY = [  # lowest precedence first
     {"==": lambda a, b: int(a == b), "!=": lambda a, b: int(a != b)},
     {"<": lambda a, b: int(a < b), ">": lambda a, b: int(a > b), "<=": lambda a, b: int(a <= b),
      ">=": lambda a, b: int(a >= b)},
-    {"<<": lambda a, b: a << b, ">>": lambda a, b: a >> b},
-    {"+": lambda a, b: a + b, "-": lambda a, b: a - b},
-    {"*": lambda a, b: a * b, "/": _cdiv, "%": _cmod},
+    {"<<": lambda a, b: _shift(a, b, True), ">>": lambda a, b: _shift(a, b, False)},
+    {"+": lambda a, b: _wrap(a + b), "-": lambda a, b: _wrap(a - b)},
+    {"*": lambda a, b: _wrap(a * b), "/": _cdiv, "%": _cmod},
 ]
 
 
@@ -126,7 +138,7 @@ class _Parser:
         if tok in (("op", "-"), ("op", "!"), ("op", "~"), ("op", "+")):
             self.take()
             inner = self.unary()
-            return {"-": lambda env: -inner(env), "!": lambda env: int(not inner(env)),
+            return {"-": lambda env: _wrap(-inner(env)), "!": lambda env: int(not inner(env)),
                     "~": lambda env: ~inner(env), "+": inner}[tok[1]]
         if tok == ("op", "(") and self._is_cast():
             self.i += 3 if self.toks[self.i + 2] == ("op", ")") else 4

@@ -165,6 +165,29 @@ def test_stores_into_the_tile_a_tma_store_reads_are_followed():
         assert ok is None and "a store this check cannot read" in msg, (form, msg)
 
 
+@pytest.mark.parametrize("text", ["1 << (((int)threadIdx.x) << 40)", "1 << -1", "8 >> 64"])
+def test_shifts_c_leaves_undefined_are_refused(text):
+    env = {"threadIdx.x": 37}
+    with pytest.raises(fragment.Unknown, match="a shift by"):
+        fragment.expression(text)(env)
+
+
+def test_numbers_stay_64_bit_integers():
+    env = {"threadIdx.x": 37}
+    assert fragment.expression("9223372036854775807 + 1")(env) == -(1 << 63)       # wraps as C's int64_t
+    assert fragment.expression("(1 << 62) * 4")(env) == 0
+
+
+def test_an_epilogue_that_squares_a_number_in_a_loop_is_read_quickly():
+    """Python integers grow without bound: squaring one 200 times would take the grader's memory."""
+    import time
+    body = ("  int x = 3;\n  for (int i = 0; i < 200; ++i) {\n    x = (x * x);\n"
+            "    pair_ptr[0] = ((half)acc_ptr[0]);\n    D_ptr[(x & 7)] = ((half)acc_ptr[1]);\n  }\n")
+    t = time.time()
+    ok, msg = fragment.check_places(_kernel(body), PLACES)
+    assert ok is not True and time.time() - t < 10, msg
+
+
 def test_an_epilogue_of_long_expressions_is_stopped_by_the_clock(monkeypatch):
     """Steps bound the statements followed, not their cost: a loop of long expressions is stopped by
     the time limit as well."""
