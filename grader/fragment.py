@@ -452,7 +452,7 @@ def epilogue_places(cuda: str, threads: int, out: str = "D", block=(0, 0, 0), po
     return places
 
 
-_TMA_STORE = re.compile(r"ptx_cp_async_bulk_tensor_shared_to_global\w*\(\(?&\(\(\(half\*\)(\w+)\)\[(\d+)\]\)\)?,")
+_TMA_STORE = re.compile(r"ptx_cp_async_bulk_tensor_shared_to_global\w*\(\(?&\(\(\(half\*\)(\w+)\)\[(\d{1,12})\]\)\)?,")
 
 
 def tma_store_source(cuda: str) -> tuple[str, int]:

@@ -188,6 +188,12 @@ def test_an_epilogue_that_squares_a_number_in_a_loop_is_read_quickly():
     assert ok is not True and time.time() - t < 10, msg
 
 
+def test_a_tma_store_whose_start_has_thousands_of_digits_is_not_read():
+    src = _kernel("  ptx_cp_async_bulk_tensor_shared_to_global_2d((&(((half*)pool_buf_ptr)[" + "9" * 5000 + "])), 0);\n")
+    with pytest.raises(fragment.Unknown, match="no TMA store"):
+        fragment.tma_store_source(src)
+
+
 def test_an_epilogue_of_long_expressions_is_stopped_by_the_clock(monkeypatch):
     """Steps bound the statements followed, not their cost: a loop of long expressions is stopped by
     the time limit as well."""
