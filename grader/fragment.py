@@ -220,12 +220,10 @@ _VDECL = re.compile(r"(int2|int4) (\w+);$")
 _VMAKE = re.compile(r"(int2|int4) (\w+) = make_(?:int2|int4)\((.+)\);$")
 _HLOAD = re.compile(r"half2 (\w+) = \*\(half2\*\)\((\w+) \+ (.+)\);$")   # two converted values, read as one
 _SSTORE = re.compile(r"\(\(half\*\)(\w+)\)\[(.+)\] = (\w+)\.([xy]);$")   # one of them into a half array
-_CAST_STORE = re.compile(r"\(\(\w+\*\)(\w+)\)\[.*\] = ")
 _LANES = "xyzw"
-_ASSIGNMENT = re.compile(r"\s(?:[-+*/%&|^]|<<|>>)?=(?!=)")   # the first assignment operator of a statement
+_ASSIGNMENT = re.compile(r"<<=|>>=|(?<![=!<>])=(?!=)")   # the first assignment operator of a statement
 _CONVERT = re.compile(r"(\w+)\[(.+?)\] = \(\(half\)(\w+)\[(.+?)\]\);$")
 _VSTORE = re.compile(r"\*\((\w+)\*\)\((\w+) \+ (.+)\) = \*\((\w+)\*\)\((\w+) \+ (.+)\);$")
-_STORE_TARGET = re.compile(r"(?:\*\(\w+\*\)\(|\b)(\w+)(?: \+ |\[)")
 
 
 def _compile(text: str):
@@ -309,10 +307,8 @@ def _tree(lines: list, i: int, out: str):
         if m:
             nodes.append(("int", m.group(1), _compile(m.group(2)), bool(_DECL.match(s))))
             continue
-        t = _STORE_TARGET.match(s) or _CAST_STORE.match(s)
         a = _ASSIGNMENT.search(s)
-        if not s.startswith(("if", "for", "while")) and (
-                (t and t.group(1) == out and "=" in s) or (a and re.search(rf"\b{re.escape(out)}\b", s[:a.start()]))):
+        if a and not s.startswith(("if", "for", "while")) and re.search(rf"\b{re.escape(out)}\b", s[:a.start()]):
             nodes.append(("opaque", s))             # a store into the output this check cannot read
     return nodes, i
 
@@ -539,7 +535,7 @@ def check_places(cuda: str, places, out: str = "D") -> tuple[bool | None, str]:
 
 def _check_block(cuda: str, places, out: str) -> tuple[bool | None, str]:
     """check_places for the threads of one CTA, ``places.block``."""
-    via = getattr(places, "via", None)
+    via = places.via
     try:
         if via == "tma_store":       # offsets into the tile the TMA store reads, from its start
             ptr, base = tma_store_source(cuda)

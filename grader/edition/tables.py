@@ -162,7 +162,7 @@ def seal_places(part_id: str, places: list) -> list:
 
 def sealed_acc_places(lab: str) -> dict:
     """The edition's ``ACC_PLACES`` of a lab: part id -> SealedPlaces, from its table."""
-    return {part: [SealedPlaces(e["cols"], e["regs"], [decode(s) for s in e["seals"]], e["block"], e.get("via"))
+    return {part: [SealedPlaces(e["cols"], e["regs"], [decode(s) for s in e["seals"]], e["block"], e["via"])
                    for e in entries]
             for part, entries in load_table(lab).get("acc_places", {}).items()}
 

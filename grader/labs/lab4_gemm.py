@@ -265,33 +265,36 @@ _TILE_FIELDS = [("A (K-major)", (None,) + ref_desc_fields(128)[1:]), ("B (N-majo
 DESC_FIELDS = {f"s{step}_build_sm90": _TILE_FIELDS for step in (1, 2, 3, 4)}
 
 
+def _tile_coord(thread: int, k: int) -> tuple[int, int]:
+    """(row, col) in the 128 x 128 tile of register k = 64 h + i of ``thread`` (the kernels'
+    acc[h * ACC + i], register i of the m64 half h): (64 h + row, col), (row, col) = ref_acc_coord."""
+    row, col = ref_acc_coord(thread, k % 64)
+    return 64 * (k // 64) + row, col
+
+
 def _acc_places(part_id: str, blocks=((0, 0),)):
     """Where the epilogue of CTA (bx, by) of ``blocks`` stores each accumulator register (the check
-    "wgmma_epilogue_places") in a step that writes D from registers: register k = 64 h + i of
-    thread t (the kernels' acc[h * ACC + i], register i of the m64 half h) holds D[128 bx + 64 h +
-    row][128 by + col], (row, col) = ref_acc_coord(t, i), at the part's build shape (bx selects
-    rows, by columns, as step 3 is taught). Course grader only, as DESC_FIELDS."""
+    "wgmma_epilogue_places") in a step that writes D from registers: tile element (row, col) of
+    register k is D[128 bx + row][128 by + col], at the part's build shape (bx selects rows, by
+    columns, as step 3 is taught). Course grader only, as DESC_FIELDS."""
     from .. import spec
     from ..fragment import Places
     cols = spec.load(LAB).part(part_id).params["N"]
-    coord = [[ref_acc_coord(t, i) for i in range(64)] for t in range(128)]
-    return [Places([[(128 * bx + 64 * (k // 64) + coord[t][k % 64][0]) * cols + 128 * by + coord[t][k % 64][1]
-                     for k in range(128)] for t in range(128)], cols, (bx, by, 0)) for bx, by in blocks]
+    coord = [[_tile_coord(t, k) for k in range(128)] for t in range(128)]
+    return [Places([[(128 * bx + r) * cols + 128 * by + c for r, c in regs] for regs in coord], cols, (bx, by, 0))
+            for bx, by in blocks]
 
 
 def _tile_places():
     """Step 4's places: the epilogue writes the fp16 tile into Dsmem, whose 128-byte-swizzled layout
     (smem_layouts' third) the TMA store reads; register k of thread t goes to the element of Dsmem
-    that holds D-tile element (64 h + row, col), as an offset from the tile's start (the start of the
-    TMA store's source). Every CTA stores its own tile from offset 0: CTA 0 stands for all."""
-    from tvm.backend.cuda.tile_primitive.tma_utils import SwizzleMode, mma_shared_layout
-
+    that holds its tile element, as an offset from the tile's start (the start of the TMA store's
+    source). Every CTA stores its own tile from offset 0: CTA 0 stands for all. The layout is Lab
+    3's reference of mma_shared_layout (pure Python, checked against the library by Lab 3's tests)."""
     from ..fragment import Places
-    layout = mma_shared_layout("float16", SwizzleMode.SWIZZLE_128B_ATOM, (128, 128))
-    at = lambda r, c: int(layout.apply(r, c, shape=[128, 128])["m"])   # noqa: E731
-    coord = [[ref_acc_coord(t, i) for i in range(64)] for t in range(128)]
-    return [Places([[at(64 * (k // 64) + coord[t][k % 64][0], coord[t][k % 64][1]) for k in range(128)]
-                    for t in range(128)], 128, via="tma_store")]
+    from .lab3_layout_swizzle import ref_mma
+    return [Places([[ref_mma(*_tile_coord(t, k), (128, 128), 2, 128) for k in range(128)] for t in range(128)],
+                   128, via="tma_store")]
 
 
 ACC_PLACES = {"s1_build_sm90": _acc_places("s1_build_sm90"), "s2_build_sm90": _acc_places("s2_build_sm90"),
