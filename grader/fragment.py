@@ -14,6 +14,7 @@ refuses anything else (``Unknown``): a kernel whose epilogue leaves that subset 
 """
 from __future__ import annotations
 
+import math
 import re
 import time
 
@@ -45,6 +46,8 @@ def _tokens(text: str) -> list:
         if not m or m.end() == pos:
             raise Unknown(f"cannot read {text[pos:pos + 20]!r}")
         num, name, op = m.groups()
+        if num and len(num) > 24:
+            raise Unknown(f"a number of {len(num)} digits")
         out.append(("num", _wrap(int(num, 0))) if num else ("name", name) if name else ("op", op))
         pos = m.end()
         while pos < len(text) and text[pos].isspace():
@@ -224,6 +227,12 @@ _LANES = "xyzw"
 _ASSIGNMENT = re.compile(r"<<=|>>=|(?<![=!<>])=(?!=)")   # the first assignment operator of a statement
 _CONVERT = re.compile(r"(\w+)\[(.+?)\] = \(\(half\)(\w+)\[(.+?)\]\);$")
 _VSTORE = re.compile(r"\*\((\w+)\*\)\((\w+) \+ (.+)\) = \*\((\w+)\*\)\((\w+) \+ (.+)\);$")
+_TMA_STORE = re.compile(r"ptx_cp_async_bulk_tensor_shared_to_global_(\d)d\((.*)\);$")
+_COMMIT = re.compile(r"ptx_cp_async_bulk_tensor_commit_group\(\);$")          # closes a bulk group of TMA stores
+_WAIT = re.compile(r"ptx_cp_async_bulk_wait_group(?:_read)?_(\d+)\(\);$")      # all but the last n groups have read
+_SYNC = re.compile(r"(?:tvm_builtin_cuda_(?:cta|warpgroup)_sync|__syncthreads)\(.*\);$")   # a barrier of the CTA or a warpgroup
+_TMA_SOURCE = re.compile(r"\(?&\(\(\(half\*\)(\w+)\)\[(.+)\]\)\)?$")       # (&(((half*)pool)[start]))
+_TMA_MAP = re.compile(r"\(\(unsigned long long\)\(&\((\w+)\)\)\)$")         # ((unsigned long long)(&(D_tensormap)))
 
 
 def _compile(text: str):
@@ -281,6 +290,20 @@ def _tree(lines: list, i: int, out: str):
             else:
                 nodes.append(("vstore", width, _compile(m.group(3)), m.group(5), _compile(m.group(6))))
             continue
+        if _SYNC.match(s):
+            nodes.append(("sync",))
+            continue
+        if _COMMIT.match(s):
+            nodes.append(("commit",))
+            continue
+        m = _WAIT.match(s)
+        if m and len(m.group(1)) < 4:
+            nodes.append(("wait", int(m.group(1))))
+            continue
+        m = _TMA_STORE.match(s)
+        if m:
+            nodes.append(_tma_node(int(m.group(1)), _split_args(m.group(2)), s))
+            continue
         m = _CONVERT.match(s)
         if m:
             kind = "store" if m.group(1) == out else "convert"
@@ -313,6 +336,16 @@ def _tree(lines: list, i: int, out: str):
     return nodes, i
 
 
+def _tma_node(rank: int, args: list, line: str) -> tuple:
+    """A TMA store (shared tile -> global tensor): ("tma", array, start, tensor map, coordinates),
+    or ("tma?", line) where its arguments are not in the form TIRx writes."""
+    src, tmap = (_TMA_SOURCE.match(args[0].strip()), _TMA_MAP.match(args[1].strip())) if len(args) == 3 + rank \
+        else (None, None)
+    if not (src and tmap):
+        return ("tma?", line)
+    return ("tma", src.group(1), _compile(src.group(2)), tmap.group(1), [_compile(a) for a in args[3:]])
+
+
 def _block(lines: list, i: int, out: str):
     """A block that cannot have an else (a loop's, a scope's, an else's own): (nodes, next line)."""
     nodes, i, has_else = _tree(lines, i, out)
@@ -338,11 +371,16 @@ def _split_args(text: str) -> list:
 def _stores(nodes) -> bool:
     """Whether ``nodes`` store into the output or convert a register (a loop's or branch's own
     answer is computed once, when the tree is read, and kept as its last field)."""
-    return any(n[0] in ("vstore", "store", "sstore", "opaque", "convert", "hload")
+    return any(n[0] in ("vstore", "store", "sstore", "opaque", "convert", "hload", "tma", "tma?", "sync", "commit",
+                        "wait")
                or (n[0] in ("for", "if") and n[-1]) for n in nodes)
 
 
-def _run(nodes, env: dict, pairs: dict, out: list, budget: list) -> None:
+def _run(nodes, env: dict, pairs: dict, out: list, budget: list, tma: list) -> None:
+    """Follow ``nodes`` for one thread: the elements it stores go to ``out`` as (offset, (buffer,
+    register), epoch), the TMA stores it issues to ``tma`` as [array, start, tensor map,
+    coordinates, epoch, bulk group, epoch at which a wait saw it read]; the epoch counts the
+    barriers the thread has passed."""
     for n in nodes:
         budget[0] -= 1
         if budget[0] < 0:
@@ -363,25 +401,25 @@ def _run(nodes, env: dict, pairs: dict, out: list, budget: list) -> None:
                 continue
             for v in range(lo(env), hi(env)):
                 env[var] = v
-                _run(body, env, pairs, out, budget)
+                _run(body, env, pairs, out, budget, tma)
         elif kind == "if":
             _, cond, yes, no, has = n
             if not has:
                 continue
-            _run(yes if cond(env) else no, env, pairs, out, budget)
+            _run(yes if cond(env) else no, env, pairs, out, budget, tma)
         elif kind == "convert":
             _, buf, idx, src, reg = n
             pairs[(buf, idx(env))] = (src, reg(env))
         elif kind == "store":
             _, _, idx, src, reg = n
-            out.append((idx(env), (src, reg(env))))
+            out.append((idx(env), (src, reg(env)), env["__epoch"]))
         elif kind == "vstore":
             _, width, idx, buf, start = n
             base, first = idx(env), start(env)
             for e in range(width):
                 if (buf, first + e) not in pairs:
                     raise Unknown(f"{buf}[{first + e}] holds no converted accumulator value")
-                out.append((base + e, pairs[(buf, first + e)]))
+                out.append((base + e, pairs[(buf, first + e)], env["__epoch"]))
         elif kind == "vdecl":
             _, name, lanes = n
             for c in _LANES[:lanes]:
@@ -404,7 +442,23 @@ def _run(nodes, env: dict, pairs: dict, out: list, budget: list) -> None:
             _, idx, vec, e = n
             if ("half2", vec, e) not in pairs:
                 raise Unknown(f"{vec} holds no converted accumulator value")
-            out.append((idx(env), pairs[("half2", vec, e)]))
+            out.append((idx(env), pairs[("half2", vec, e)], env["__epoch"]))
+        elif kind == "tma":
+            _, arr, start, tmap, coords = n
+            tma.append([arr, start(env), tmap, tuple(c(env) for c in coords), env["__epoch"], None, None])
+        elif kind == "sync":
+            env["__epoch"] += 1
+        elif kind == "commit":
+            for store in tma:
+                if store[5] is None:
+                    store[5] = env["__groups"]
+            env["__groups"] += 1
+        elif kind == "wait":
+            for store in tma:
+                if store[5] is not None and store[5] < env["__groups"] - n[1] and store[6] is None:
+                    store[6] = env["__epoch"]
+        elif kind == "tma?":
+            raise Unknown(f"a TMA store this check cannot read: {n[1][:80]}")
         elif kind == "opaque":
             raise Unknown(f"a store this check cannot read: {n[1][:80]}")
 
@@ -423,43 +477,137 @@ def output_pointer(cuda: str, name: str) -> str:
     return f"{name}_ptr" if re.search(rf"\b{name}_ptr\b", cuda) else name
 
 
-def epilogue_places(cuda: str, threads: int, out: str = "D", block=(0, 0, 0), pointer: str | None = None) -> dict:
-    """{thread: [(element offset, (accumulator buffer, register)), ...]}: every element the threads
-    of CTA ``block`` store into the output ``out`` (or into the CUDA array ``pointer``), in order,
-    with the register it came from. Raises ``Unknown`` where the epilogue leaves the subset this
-    module follows."""
-    ptr = pointer or output_pointer(cuda, out)
+def _follow(cuda: str, threads, ptr: str, out: str, block) -> tuple[dict, set]:
+    """({thread: [(element offset into ``ptr``, (accumulator buffer, register), epoch), ...]}, {TMA
+    store issued by any thread}) for the ``threads`` (CTA thread indices) of CTA ``block``."""
     try:
         nodes, _, _ = _tree(kernel_body(cuda), 0, ptr)
     except RecursionError:
         raise Unknown("blocks nested too deeply") from None
     if not _stores(nodes):
         raise Unknown(f"no store into {out} converts an accumulator register")
-    places, budget = {}, [MAX_STEPS, time.monotonic() + MAX_SECONDS]
-    for t in range(threads):
-        env = {"threadIdx.x": t, "threadIdx.y": 0, "threadIdx.z": 0,
+    places, issued, budget = {}, set(), [MAX_STEPS, time.monotonic() + MAX_SECONDS]
+    for t in threads:
+        env = {"threadIdx.x": t, "threadIdx.y": 0, "threadIdx.z": 0, "__epoch": 0, "__groups": 0,
                **dict(zip(BLOCK_NAMES, block))}
         stored: list = []
+        tma: list = []
         try:
-            _run(nodes, env, {}, stored, budget)
+            _run(nodes, env, {}, stored, budget, tma)
         except RecursionError:
             raise Unknown("an expression nested too deeply") from None
         places[t] = stored
-    return places
+        issued.update(tuple(store) for store in tma)
+    return places, issued
 
 
-_TMA_STORE = re.compile(r"ptx_cp_async_bulk_tensor_shared_to_global\w*\(\(?&\(\(\(half\*\)(\w+)\)\[(\d{1,12})\]\)\)?,")
+def epilogue_places(cuda: str, threads, out: str = "D", block=(0, 0, 0), pointer: str | None = None) -> dict:
+    """{thread: [(element offset, (accumulator buffer, register)), ...]}: every element the
+    ``threads`` (a count from thread 0, or CTA thread indices) of CTA ``block`` store into the output ``out`` (or into the CUDA array ``pointer``), in order,
+    with the register it came from. Raises ``Unknown`` where the epilogue leaves the subset this
+    module follows."""
+    stored = _follow(cuda, range(threads) if isinstance(threads, int) else threads, pointer or output_pointer(cuda, out), out, block)[0]
+    return {t: [(off, src) for off, src, _ in rows] for t, rows in stored.items()}
 
 
-def tma_store_source(cuda: str) -> tuple[str, int]:
-    """(CUDA array, element offset) of the shared-memory tile the kernel's TMA stores read: the
-    lowest start among its stores (a tile stored in column blocks starts at its first)."""
-    found = {(m.group(1), int(m.group(2))) for m in _TMA_STORE.finditer("\n".join(kernel_body(cuda)))}
+_TMA_ARRAY = re.compile(r"ptx_cp_async_bulk_tensor_shared_to_global_\dd\(\(?&\(\(\(half\*\)(\w+)\)\[")
+RACED = -1                                  # the place of a write a TMA store may or may not read
+SWIZZLE_BITS = {0: 0, 1: 1, 2: 2, 3: 3}     # CUtensorMapSwizzle none, 32B, 64B, 128B: Swizzle<B, 4, 3>
+
+
+def tma_store_array(cuda: str) -> str:
+    """The CUDA array (shared memory) the kernel's fp16 TMA stores read."""
+    found = set(_TMA_ARRAY.findall("\n".join(kernel_body(cuda))))
     if not found:
         raise Unknown("no TMA store of an fp16 shared-memory tile found")
-    if len({p for p, _ in found}) != 1:
+    if len(found) != 1:
         raise Unknown("TMA stores from more than one shared-memory array")
-    return min(found, key=lambda f: f[1])
+    return found.pop()
+
+
+def _tensor_maps(cuda: str, plan: dict) -> dict:
+    """{CUDA parameter name: the launch plan's TMA descriptor} for the kernel's tensor-map parameters."""
+    lines = cuda.splitlines()
+    heads = [s for s in lines if "__global__" in s and s.rstrip().endswith("{")]
+    m = re.search(r"(\w+)\(([^()]*)\)\s*\{\s*$", heads[-1]) if heads else None
+    if not m:
+        raise Unknown("no __global__ function in the CUDA source")
+    launches = [ln for ln in (plan or {}).get("launches", []) if ln.get("name") == m.group(1)]
+    if not launches:
+        raise Unknown(f"the launch plan does not launch {m.group(1)}")
+    maps = {}
+    for name, arg in zip([p.split()[-1] for p in _split_args(m.group(2))], launches[0].get("args", [])):
+        if isinstance(arg, dict) and "tensormap" in arg:
+            maps[name] = plan["tensormaps"][arg["tensormap"]]
+    return maps
+
+
+def _box_elements(tm: dict, start: int, coords: tuple):
+    """(shared element offset, global element offset) of each element an fp16 TMA store of
+    descriptor ``tm`` moves from the tile at element ``start`` of its array to ``coords`` (innermost
+    first). The box is packed innermost dimension first; a swizzle XORs bits 4.. of each byte
+    address with bits 7.. (the pool's start is taken as aligned, as the kernels' layouts take it).
+    Elements outside the tensor are not stored (TMA clips them)."""
+    rank = tm.get("rank")
+    if tm.get("dtype") != "float16" or rank not in (1, 2, 3, 4, 5) or len(coords) != rank \
+            or tm.get("interleave") != 0 or tm.get("offset") != 0 or list(tm.get("element_strides", [])) != [1] * rank:
+        raise Unknown("a TMA store whose descriptor is not a plain fp16 one of its coordinates' rank")
+    box, sizes, strides = list(tm["box"]), list(tm["sizes"]), [2] + list(tm["strides"])
+    bits = SWIZZLE_BITS.get(tm.get("swizzle"))
+    if bits is None or (bits and box[0] * 2 != 16 << bits) or (box[0] * 2) % 16 or any(st % 2 for st in strides):
+        raise Unknown(f"a TMA store box of {box[0]} fp16 elements inner with swizzle mode {tm.get('swizzle')}")
+    mask = (1 << bits) - 1
+    index = [0] * rank
+    for linear in range(math.prod(box)):
+        rest = linear
+        for d in range(rank):
+            rest, index[d] = divmod(rest, box[d])
+        at = [c + i for c, i in zip(coords, index)]
+        if all(0 <= x < n for x, n in zip(at, sizes)):
+            byte = 2 * (start + linear)
+            yield (byte ^ (((byte >> 7) & mask) << 4)) // 2, sum(x * st for x, st in zip(at, strides)) // 2
+
+
+def tma_epilogue_places(cuda: str, plan: dict, threads, out: str = "D", block=(0, 0, 0)) -> dict:
+    """epilogue_places for an epilogue that writes a shared-memory tile and TMA-stores it into
+    ``out``, for the ``threads`` (CTA thread indices) of CTA ``block``. Each TMA store the CTA
+    issues (its start, box, swizzle and coordinates, from the launch plan) reads, at each element of
+    its box, the value last written there before the barrier that precedes it: the write of the
+    latest barrier epoch before the store's. That write's register is placed at the store's element
+    of ``out``. Writes of different threads in that same epoch race: both are placed there (one of
+    them wrongly). A tile reused chunk after chunk is followed chunk by chunk: a write at or after the
+    store's epoch races with the store's read of the tile unless the issuing thread waited for the
+    store's bulk group to be read before a barrier that precedes the write; such a write's register
+    is placed at ``RACED`` as well."""
+    ptr = tma_store_array(cuda)
+    maps = _tensor_maps(cuda, plan)
+    written, issued = _follow(cuda, threads, ptr, out, block)
+    writes: dict = {}                  # shared element -> [(epoch, order, thread, register)]
+    for t, rows in written.items():
+        for order, (off, src, epoch) in enumerate(rows):
+            writes.setdefault(off, []).append((epoch, order, t, src))
+    places: dict = {t: [] for t in written}
+    stores = 0
+    for arr, start, tmap, coords, epoch, _, read_by in sorted(issued, key=lambda st: (st[4], st[1], repr(st[3]))):
+        tm = maps.get(tmap)
+        if tm is None:
+            raise Unknown(f"a TMA store through {tmap}, which is not a tensor-map parameter of the kernel")
+        if arr != ptr or plan["signature"][tm["tensor"]]["name"] != out:
+            continue
+        stores += 1
+        for smem, g in _box_elements(tm, start, coords):
+            there = writes.get(smem, ())
+            before = [w for w in there if w[0] < epoch]
+            if before:
+                last = max(w[0] for w in before)
+                for t in {w[2] for w in before if w[0] == last}:
+                    _, _, _, src = max(w for w in before if w[0] == last and w[2] == t)
+                    places[t].append((g, src))
+            for _, _, t, src in (w for w in there if w[0] >= epoch and (read_by is None or w[0] <= read_by)):
+                places[t].append((RACED, src))      # written while the store may still be reading
+    if not stores:
+        raise Unknown(f"no TMA store of this CTA writes {out}")
+    return places
 
 
 # ---------------------------------------------------------------- the check against the fragment
@@ -505,26 +653,28 @@ class Places:
     grader's, from the lab module): ``offsets[t][k]`` is the element of the output, as an offset
     from its start, that thread ``t`` of CTA ``block`` stores from its register ``k``; ``cols`` is the
     output's row length (for messages). The student edition holds the same answer hashed, thread
-    by thread (grader/edition/tables.py), with the same ``threads``, ``regs``, ``cols`` and ``fits``."""
+    by thread (grader/edition/tables.py), with the same ``threads``, ``first``, ``regs``, ``cols`` and ``fits``."""
 
-    def __init__(self, offsets: list, cols: int, block=(0, 0, 0), via: str | None = None):
+    def __init__(self, offsets: list, cols: int, block=(0, 0, 0), via: str | None = None, first: int = 0):
         self.offsets, self.cols, self.block = [list(o) for o in offsets], cols, tuple(block)
         self.threads, self.regs = len(offsets), len(offsets[0])
-        self.via = via      # None: stores into the output; "tma_store": into the tile a TMA store reads
+        self.first = first  # the CTA thread index of offsets[0] (warp-specialized kernels: a consumer's first)
+        self.via = via      # None: stored into the output; "tma_store": through the tile TMA stores read
 
     def fits(self, thread: int, got: list) -> bool:
         return got == self.offsets[thread]
 
 
-def check_places(cuda: str, places, out: str = "D") -> tuple[bool | None, str]:
+def check_places(cuda: str, places, out: str = "D", plan: dict | None = None) -> tuple[bool | None, str]:
     """(verdict, what was found) over one or more CTAs' places (a ``Places`` or a list of them):
     False as soon as one CTA's threads misplace a register, True when every CTA's do not, None
-    (not checked) where the epilogue leaves the subset this module follows."""
+    (not checked) where the epilogue leaves the subset this module follows. ``plan``, the launch
+    plan, gives the TMA stores' descriptors (places reached ``via`` a TMA store)."""
     if not isinstance(places, (list, tuple)) or len(places) == 1:
-        return _check_block(cuda, places[0] if isinstance(places, (list, tuple)) else places, out)
+        return _check_block(cuda, places[0] if isinstance(places, (list, tuple)) else places, out, plan)
     said, verdicts = [], []
     for p in places:
-        ok, msg = _check_block(cuda, p, out)
+        ok, msg = _check_block(cuda, p, out, plan)
         name = f"CTA {p.block[:2]}" if any(p.block) else "CTA 0"
         if ok is False:
             return False, f"{name}: {msg}"
@@ -533,20 +683,23 @@ def check_places(cuda: str, places, out: str = "D") -> tuple[bool | None, str]:
     return (None if None in verdicts else True), "; ".join(said)
 
 
-def _check_block(cuda: str, places, out: str) -> tuple[bool | None, str]:
+def _check_block(cuda: str, places, out: str, plan: dict | None) -> tuple[bool | None, str]:
     """check_places for the threads of one CTA, ``places.block``."""
-    via = places.via
+    threads = range(places.first, places.first + places.threads)
     try:
-        if via == "tma_store":       # offsets into the tile the TMA store reads, from its start
-            ptr, base = tma_store_source(cuda)
-            stored = epilogue_places(cuda, places.threads, block=places.block, pointer=ptr)
-            stored = {t: [(off - base, src) for off, src in rows] for t, rows in stored.items()}
-            out = "the TMA store's shared-memory tile"
+        if places.via == "tma_store":       # through the shared tile and the TMA stores that read it
+            if not plan:
+                raise Unknown("no launch plan to read the TMA stores' boxes from")
+            stored = tma_epilogue_places(cuda, plan, threads, out, block=places.block)
         else:
-            stored = epilogue_places(cuda, places.threads, out, block=places.block)
+            stored = epilogue_places(cuda, threads, out, block=places.block)
     except Unknown as e:
         return None, f"not checked ({e})"
     buffers = {buf for rows in stored.values() for _, (buf, _) in rows}
+    if not buffers and places.via == "tma_store":
+        return False, (f"no value the threads write into the shared tile reaches {out}: each TMA store reads "
+                       "parts of the tile that nothing was written to before the barrier preceding the store "
+                       "(a store issued with no barrier after the writes reads the tile before they land)")
     if len(buffers) != 1:
         return None, f"not checked (the stores into {out} convert values of {len(buffers)} buffers)"
     try:
@@ -554,7 +707,7 @@ def _check_block(cuda: str, places, out: str) -> tuple[bool | None, str]:
     except Unknown as e:
         return None, f"not checked ({e})"
     by_reg = []                         # per thread: {register: [offsets it is stored at]}
-    for t in range(places.threads):
+    for t in threads:
         regs: dict = {}
         for off, (_, k) in stored[t]:
             regs.setdefault(k, []).append(off)
@@ -578,12 +731,19 @@ def _check_block(cuda: str, places, out: str) -> tuple[bool | None, str]:
     if not wrong:
         return True, f"each of {places.threads} threads stores its {places.regs} registers of {buf} in place"
     t, regs = first
+    t += places.first
+    raced = sorted(k for k, offs in regs.items() if RACED in offs)
+    regs = {k: [o for o in offs if o != RACED] for k, offs in regs.items()}
+    regs = {k: offs for k, offs in regs.items() if offs}
     twice = sorted(k for k, offs in regs.items() if len(offs) > 1)
     never = [k for k in range(places.regs) if k not in regs]
-    where = ((lambda off: f"element {off}") if via == "tma_store" else   # noqa: E731 (swizzled: no (row, col) to show)
-             (lambda off: f"{out}[{off // places.cols}][{off % places.cols}]"))
-    shown = ", ".join(f"{buf}[{k}] -> {where(regs[k][0])}" for k in sorted(regs)[:4] if len(regs[k]) == 1)
-    extra = (f"; stored twice: {', '.join(map(str, twice[:6]))}" if twice else "") + \
+    shown = ", ".join(f"{buf}[{k}] -> {out}[{regs[k][0] // places.cols}][{regs[k][0] % places.cols}]"
+                      for k in sorted(regs)[:4] if len(regs[k]) == 1)
+    if places.via == "tma_store":
+        shown += " (through the shared tile and its TMA stores)"
+    extra = (f"; written while a TMA store may still be reading the tile (no barrier after the store's issue, or no "
+             f"wait for its bulk group before that barrier): {', '.join(map(str, raced[:6]))}" if raced else "") + \
+        (f"; stored twice: {', '.join(map(str, twice[:6]))}" if twice else "") + \
             (f"; never stored: {', '.join(map(str, never[:6]))}{' ...' if len(never) > 6 else ''}" if never else "")
     return False, (f"{len(wrong)} of {places.threads} threads store registers where the wgmma accumulator does not "
                    f"hold them; thread {t} stores {shown}{extra}")

@@ -384,7 +384,7 @@ def _epilogue_places(m: Mechanism, texts: dict) -> CheckResult:
     cuda = texts.get("cuda", "")
     if not cuda:
         return CheckResult(m.name, False, 0, f"{m.description}: no CUDA source to inspect")
-    ok, said = fragment.check_places(cuda, places)
+    ok, said = fragment.check_places(cuda, places, plan=texts.get("plan"))
     if ok is None:
         return CheckResult(m.name, True, 0, f"{m.description}: {said}")
     if not ok:

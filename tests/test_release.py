@@ -404,7 +404,7 @@ def test_the_editions_build_check_reads_the_sealed_accumulator_places(root, edit
     assert set(table["acc_places"]) == {f"s{s}_build_sm90" for s in (1, 2, 3, 4)}
     for entries in table["acc_places"].values():    # hashes and salts only: no offset in the table
         for entry in entries:
-            assert set(entry) == {"cols", "regs", "block", "via", "seals"} and len(entry["seals"]) == 128
+            assert set(entry) == {"cols", "regs", "block", "via", "first", "seals"} and len(entry["seals"]) == 128
             assert all(set(seal) == {"__sealed__", "salt"} for seal in entry["seals"])
     pasted = _paste_reference(root, edition, lab, str(tmp_path / "pasted"))
     checked = _check_in_edition(edition, pasted, lab, ["s1_build_sm90", "s4_build_sm90"])
@@ -415,6 +415,23 @@ def test_the_editions_build_check_reads_the_sealed_accumulator_places(root, edit
                        str(tmp_path / "bad.ipynb"))
     bad = _check_in_edition(edition, bad_path, lab, ["s1_build_sm90"])["s1_build_sm90"]
     assert bad[0] != "passed" and "threads store registers where the wgmma accumulator does not hold them" in bad[1], bad
+
+
+def test_the_editions_lab5_build_check_follows_the_consumers_epilogue_through_its_tma_stores(root, edition, tmp_path):
+    """Lab 5's sealed places name the consumer warpgroup's first thread (step 7: thread 128): in the
+    edition, the reference's steps 5 and 7 pass on a machine without a GPU, and a step 7 without the
+    barrier before its store fails."""
+    lab = "lab5_gemm_pipeline"
+    table = release.record_lab(lab, progress=lambda *a: None)
+    assert {p: [e["first"] for e in entries] for p, entries in table["acc_places"].items()} == {
+        "s5_build_sm90": [0, 0], "s6_build_sm90": [0], "s7_build_sm90": [128]}
+    pasted = _paste_reference(root, edition, lab, str(tmp_path / "pasted"))
+    for part, (verdict, message) in _check_in_edition(edition, pasted, lab, ["s5_build_sm90", "s7_build_sm90"]).items():
+        assert verdict == "passed" and "each of 128 threads stores its 128 registers" in message, (part, message)
+    racing = _edited(pasted, 'T.ptx.fence.proxy_async("shared::cta")\n                T.cuda.warpgroup_sync(CONSUMER_BAR)',
+                     'T.ptx.fence.proxy_async("shared::cta")', str(tmp_path / "racing.ipynb"))
+    bad = _check_in_edition(edition, racing, lab, ["s7_build_sm90"])["s7_build_sm90"]
+    assert bad[0] != "passed" and "written while a TMA store may still be reading the tile" in bad[1], bad
 
 
 def test_the_editions_build_check_reads_the_sealed_descriptor_tiles(root, edition, tmp_path):

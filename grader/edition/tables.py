@@ -144,9 +144,9 @@ class SealedPlaces:
     the edition holds them: each thread's list of output offsets hashed, so that ``fits(thread,
     got)`` tells right from wrong without the table holding the fragment."""
 
-    def __init__(self, cols: int, regs: int, seals: list, block=(0, 0, 0), via: str | None = None):
+    def __init__(self, cols: int, regs: int, seals: list, block=(0, 0, 0), via: str | None = None, first: int = 0):
         self.cols, self.regs, self.seals, self.block, self.via = cols, regs, seals, tuple(block), via
-        self.threads = len(seals)
+        self.threads, self.first = len(seals), first
 
     def fits(self, thread: int, got: list) -> bool:
         return self.seals[thread].matches(got)
@@ -155,14 +155,14 @@ class SealedPlaces:
 def seal_places(part_id: str, places: list) -> list:
     """The course grader's ``ACC_PLACES`` of one part (a Places per CTA checked) as the edition's
     table holds them."""
-    return [{"cols": p.cols, "regs": p.regs, "block": list(p.block), "via": p.via,
+    return [{"cols": p.cols, "regs": p.regs, "block": list(p.block), "via": p.via, "first": p.first,
              "seals": [encode(Sealed.of(p.offsets[t], _salt(part_id, "acc", list(p.block), t)))
                        for t in range(p.threads)]} for p in places]
 
 
 def sealed_acc_places(lab: str) -> dict:
     """The edition's ``ACC_PLACES`` of a lab: part id -> SealedPlaces, from its table."""
-    return {part: [SealedPlaces(e["cols"], e["regs"], [decode(s) for s in e["seals"]], e["block"], e["via"])
+    return {part: [SealedPlaces(e["cols"], e["regs"], [decode(s) for s in e["seals"]], e["block"], e["via"], e["first"])
                    for e in entries]
             for part, entries in load_table(lab).get("acc_places", {}).items()}
 

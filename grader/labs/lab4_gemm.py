@@ -272,35 +272,25 @@ def _tile_coord(thread: int, k: int) -> tuple[int, int]:
     return 64 * (k // 64) + row, col
 
 
-def _acc_places(part_id: str, blocks=((0, 0),)):
+def acc_places(lab: str, part_id: str, blocks=((0, 0),), via: str | None = None, first: int = 0):
     """Where the epilogue of CTA (bx, by) of ``blocks`` stores each accumulator register (the check
-    "wgmma_epilogue_places") in a step that writes D from registers: tile element (row, col) of
-    register k is D[128 bx + row][128 by + col], at the part's build shape (bx selects rows, by
-    columns, as step 3 is taught). Course grader only, as DESC_FIELDS."""
+    "wgmma_epilogue_places"): tile element (row, col) of register k of the warpgroup whose first
+    thread is ``first`` is D[128 bx + row][128 by + col], at the part's build shape (bx selects rows,
+    by columns, as step 3 is taught). ``via="tma_store"``: the epilogue writes a shared tile and
+    TMA-stores it, and the check follows the tile through the stores' boxes, swizzle and
+    coordinates (whatever layout the kernel gives its tile). Course grader only, as DESC_FIELDS."""
     from .. import spec
     from ..fragment import Places
-    cols = spec.load(LAB).part(part_id).params["N"]
+    cols = spec.load(lab).part(part_id).params["N"]
     coord = [[_tile_coord(t, k) for k in range(128)] for t in range(128)]
-    return [Places([[(128 * bx + r) * cols + 128 * by + c for r, c in regs] for regs in coord], cols, (bx, by, 0))
-            for bx, by in blocks]
+    return [Places([[(128 * bx + r) * cols + 128 * by + c for r, c in regs] for regs in coord], cols, (bx, by, 0), via,
+                   first) for bx, by in blocks]
 
 
-def _tile_places():
-    """Step 4's places: the epilogue writes the fp16 tile into Dsmem, whose 128-byte-swizzled layout
-    (smem_layouts' third) the TMA store reads; register k of thread t goes to the element of Dsmem
-    that holds its tile element, as an offset from the tile's start (the start of the TMA store's
-    source). Every CTA stores its own tile from offset 0: CTA 0 stands for all. The layout is Lab
-    3's reference of mma_shared_layout (pure Python, checked against the library by Lab 3's tests)."""
-    from ..fragment import Places
-    from .lab3_layout_swizzle import ref_mma
-    return [Places([[ref_mma(*_tile_coord(t, k), (128, 128), 2, 128) for k in range(128)] for t in range(128)],
-                   128, via="tma_store")]
-
-
-ACC_PLACES = {"s1_build_sm90": _acc_places("s1_build_sm90"), "s2_build_sm90": _acc_places("s2_build_sm90"),
-              # step 3 has a grid: a CTA away from the origin shows its offsets too (256 x 384: 2 x 3 tiles)
-              "s3_build_sm90": _acc_places("s3_build_sm90", ((0, 0), (1, 2))),
-              "s4_build_sm90": _tile_places()}
+# a CTA away from the origin shows its offsets too (256 x 384: 2 x 3 tiles)
+ACC_PLACES = {"s1_build_sm90": acc_places(LAB, "s1_build_sm90"), "s2_build_sm90": acc_places(LAB, "s2_build_sm90"),
+              "s3_build_sm90": acc_places(LAB, "s3_build_sm90", ((0, 0), (1, 2))),
+              "s4_build_sm90": acc_places(LAB, "s4_build_sm90", ((0, 0), (1, 2)), via="tma_store")}
 
 GRADERS = {
     "sass_hazard": build_checks.accumulator_hazard,

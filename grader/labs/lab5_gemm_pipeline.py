@@ -45,7 +45,7 @@ from __future__ import annotations
 from .. import grading, inputs
 from ..context import Context
 from . import build_checks
-from .lab4_gemm import ref_desc_fields
+from .lab4_gemm import acc_places, ref_desc_fields
 
 LAB = "lab5_gemm_pipeline"
 
@@ -329,6 +329,16 @@ QUESTIONS = {   # CPU questions declared as data: graded by grading.grade_questi
 # both K-major, one 128-byte swizzle atom wide (the LBO is not read). Course grader only.
 DESC_FIELDS = {f"s{step}_build_sm90": [("A and B (K-major)", (None,) + ref_desc_fields(128)[1:])]
                for step in (5, 6, 7, 8, 9)}
+
+# Where the epilogue puts each accumulator register (the check "wgmma_epilogue_places"), followed
+# through the shared tile and the TMA stores that read it, whatever the tile's layout and boxes:
+# step 5 on two CTAs of its grid (256 x 256: 2 x 2 tiles; CTA (0, 1) tells rows from columns); the persistent steps 6 and 7 on CTA 0,
+# whose one tile at the build shape is tile 0, held by warpgroup 0 in step 6 and by the consumer,
+# warpgroup 1, in step 7. Steps 8 and 9 leave the consumers' rows to the student: not checked
+# here (their correctness parts judge them on a GPU). Course grader only.
+ACC_PLACES = {"s5_build_sm90": acc_places(LAB, "s5_build_sm90", ((0, 0), (0, 1)), via="tma_store"),
+              "s6_build_sm90": acc_places(LAB, "s6_build_sm90", via="tma_store"),
+              "s7_build_sm90": acc_places(LAB, "s7_build_sm90", via="tma_store", first=128)}
 
 GRADERS = {
     "sass_hazard": build_checks.accumulator_hazard,

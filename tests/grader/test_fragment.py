@@ -123,46 +123,141 @@ def test_an_else_belongs_to_its_own_if_not_to_an_inner_one_that_has_none():
     assert ok is None and "a branch this check does not follow" in msg, msg
 
 
-# The same fragment written as TIRx writes a store into a swizzled shared tile (Lab 4 step 4): index
-# pairs as int2 with an XOR, the pair read as one half2 and stored as two halves, then a TMA store
-# of the tile, which starts 64 elements into the pool.
-TILE = ("  int t = ((int)threadIdx.x);\n"
-        "  for (int j = 0; j < 2; ++j) {\n"
-        "    pair_ptr[0] = ((half)acc_ptr[(j * 2)]);\n"
-        "    pair_ptr[1] = ((half)acc_ptr[((j * 2) + 1)]);\n"
-        "    int2 __1;\n"
-        "      int2 v__2 = make_int2(((t * 4) + (j * 2))+(1*0), ((t * 4) + (j * 2))+(1*1));\n"
-        "      int2 v__3 = make_int2(64, 64);\n"
-        "      __1.x = ((v__2.x ^ 1) + v__3.x);\n"
-        "      __1.y = ((v__2.y ^ 1) + v__3.y);\n"
-        "    half2 v__4 = *(half2*)(pair_ptr + 0);\n"
-        "    ((half*)pool_buf_ptr)[__1.x] = v__4.x;\n"
-        "    ((half*)pool_buf_ptr)[__1.y] = v__4.y;\n"
-        "  }\n"
-        "  if (t == 0) {\n"
-        "    ptx_cp_async_bulk_tensor_shared_to_global_2d((&(((half*)pool_buf_ptr)[64])), "
-        "((unsigned long long)(&(D_tensormap))), (uint64_t)0, 0, 0);\n"
-        "  }\n")
+# A shared tile TMA-stored into D, as TIRx writes it (Lab 4 step 4, Lab 5): index pairs as int2, the
+# pair read as one half2 and stored as two halves, a barrier, then TMA stores of the tile. Eight
+# threads, thread t holds row t of an 8 x 16 D in its 16 registers (register k: column k). The tile
+# starts 512 elements into the pool; with a 32-byte swizzle (mode 1) the 16-byte halves of each
+# 32-byte row are swapped in rows 4 to 7 (bit 4 of the byte address XOR bit 7).
+def _tma_kernel(index: str, stores: str, sync: str = "  tvm_builtin_cuda_cta_sync();\n", first: int = 0,
+                regs: str = "j * 2") -> str:
+    return ('extern "C" __global__ void k(const __grid_constant__ CUtensorMap D_tensormap);\n'
+            'extern "C" __global__ void k(const __grid_constant__ CUtensorMap D_tensormap) {\n'
+            "  float acc_ptr[16];\n  half pair_ptr[2];\n"
+            f"  int t = (((int)threadIdx.x) - {first});\n"
+            "  for (int j = 0; j < 8; ++j) {\n"
+            f"    pair_ptr[0] = ((half)acc_ptr[({regs})]);\n"
+            f"    pair_ptr[1] = ((half)acc_ptr[(({regs}) + 1)]);\n"
+            "    int2 __1;\n"
+            "      int2 v__2 = make_int2(((t * 16) + (j * 2))+(1*0), ((t * 16) + (j * 2))+(1*1));\n"
+            f"      __1.x = ({index.replace('X', 'v__2.x')} + 512);\n"
+            f"      __1.y = ({index.replace('X', 'v__2.y')} + 512);\n"
+            "    half2 v__4 = *(half2*)(pair_ptr + 0);\n"
+            "    ((half*)pool_buf_ptr)[__1.x] = v__4.x;\n"
+            "    ((half*)pool_buf_ptr)[__1.y] = v__4.y;\n"
+            "  }\n" + sync + stores + "}\n")
 
 
-def test_stores_into_the_tile_a_tma_store_reads_are_followed():
-    swizzled = fragment.Places([[1, 0, 3, 2], [5, 4, 7, 6]], cols=4, via="tma_store")   # element e at e ^ 1
-    assert fragment.tma_store_source(_kernel(TILE)) == ("pool_buf_ptr", 64)
-    ok, msg = fragment.check_places(_kernel(TILE), swizzled)
+def _tma_store(start: int, c0: str, c1: str = "0", arr: str = "pool_buf_ptr") -> str:
+    return ("  if (((int)threadIdx.x) == 0) {\n"
+            f"    ptx_cp_async_bulk_tensor_shared_to_global_2d((&(((half*){arr})[{start}])), "
+            f"((unsigned long long)(&(D_tensormap))), (uint64_t)0, {c0}, {c1});\n  }}\n")
+
+
+def _plan(box, swizzle):
+    return {"signature": [{"name": "D", "kind": "tensor", "shape": [8, 16], "dtype": "float16"}],
+            "tensormaps": [{"dtype": "float16", "rank": 2, "tensor": 0, "offset": 0, "sizes": [16, 8], "strides": [32],
+                            "box": box, "element_strides": [1, 1], "interleave": 0, "swizzle": swizzle,
+                            "l2_promotion": 0, "oob_fill": 0}],
+            "launches": [{"name": "k", "args": [{"tensormap": 0}]}]}
+
+
+SWIZZLED = "(X ^ (((X >> 6) & 1) << 3))"          # element offset e: bit 3 XOR bit 6 (bytes: 4 and 7)
+ROWS = fragment.Places([[16 * t + k for k in range(16)] for t in range(8)], cols=16, via="tma_store")
+ONE_BOX = _plan([16, 8], 1)                        # the whole 8 x 16 tile, 32-byte swizzle
+TWO_BOXES = _plan([8, 8], 0)                       # two 8 x 8 column blocks, no swizzle
+
+
+def test_a_tile_is_followed_through_its_tma_stores_boxes_and_swizzle():
+    ok, msg = fragment.check_places(_tma_kernel(SWIZZLED, _tma_store(512, "0")), ROWS, plan=ONE_BOX)
     assert ok is True, msg
-    ok, msg = fragment.check_places(_kernel(TILE), fragment.Places([[0, 1, 2, 3], [4, 5, 6, 7]], cols=4, via="tma_store"))
-    assert ok is False and "thread 0 stores acc_ptr[0] -> element 1" in msg, msg      # the swizzle left out
-    two = _kernel(TILE + TILE.split("  if (t == 0) {")[1].replace("pool_buf_ptr", "other_ptr").join(["  if (t == 0) {", ""]))
-    ok, msg = fragment.check_places(two, swizzled)
+    # the swizzle left out: rows 4 to 7 land with their halves swapped
+    ok, msg = fragment.check_places(_tma_kernel("X", _tma_store(512, "0")), ROWS, plan=ONE_BOX)
+    assert ok is False and "4 of 8 threads" in msg and "thread 4 stores acc_ptr[0] -> D[4][8]" in msg, msg
+    # a tile of two column blocks, each TMA-stored to its place; then with the coordinates swapped
+    blocks = "((((X % 16) / 8) * 64) + ((X / 16) * 8) + (X % 8))"
+    two = _tma_store(512, "0") + _tma_store(576, "8")
+    assert fragment.check_places(_tma_kernel(blocks, two), ROWS, plan=TWO_BOXES)[0] is True
+    ok, msg = fragment.check_places(_tma_kernel(blocks, _tma_store(512, "8") + _tma_store(576, "0")), ROWS,
+                                    plan=TWO_BOXES)
+    assert ok is False and "thread 0 stores acc_ptr[0] -> D[0][8]" in msg, msg
+    # the same layout without the plan, or with a plan that does not launch this kernel: not checked
+    assert fragment.check_places(_tma_kernel(blocks, two), ROWS)[0] is None
+    other = {**TWO_BOXES, "launches": [{"name": "other", "args": [{"tensormap": 0}]}]}
+    ok, msg = fragment.check_places(_tma_kernel(blocks, two), ROWS, plan=other)
+    assert ok is None and "does not launch k" in msg, msg
+
+
+def test_a_tma_store_reads_only_what_was_written_before_the_barrier_that_precedes_it():
+    # no barrier between the writes and the store: the store reads the tile before they land
+    ok, msg = fragment.check_places(_tma_kernel(SWIZZLED, _tma_store(512, "0"), sync=""), ROWS, plan=ONE_BOX)
+    assert ok is False and "written while a TMA store may still be reading the tile" in msg, msg
+    # a tile reused chunk after chunk: registers 0..7 (columns 0..7), a barrier, their store; then,
+    # once thread 0 has waited for that store to read the tile and a barrier has passed, registers
+    # 8..15 written over the same elements, a barrier, their store
+    src = ('extern "C" __global__ void k(const __grid_constant__ CUtensorMap D_tensormap) {\n'
+           "  float acc_ptr[16];\n  half pair_ptr[2];\n  int t = ((int)threadIdx.x);\n"
+           "  for (int c = 0; c < 2; ++c) {\n"
+           "    if (t == 0) {\n      ptx_cp_async_bulk_wait_group_read_0();\n    }\n"
+           "    tvm_builtin_cuda_warpgroup_sync(1);\n"
+           "    for (int j = 0; j < 4; ++j) {\n"
+           "      pair_ptr[0] = ((half)acc_ptr[((c * 8) + (j * 2))]);\n"
+           "      pair_ptr[1] = ((half)acc_ptr[(((c * 8) + (j * 2)) + 1)]);\n"
+           "      *(half2*)(pool_buf_ptr + (((t * 8) + (j * 2)) + 512)) = *(half2*)(pair_ptr + 0);\n"
+           "    }\n"
+           "    tvm_builtin_cuda_warpgroup_sync(1);\n"
+           "    if (t == 0) {\n"
+           "      ptx_cp_async_bulk_tensor_shared_to_global_2d((&(((half*)pool_buf_ptr)[512])), "
+           "((unsigned long long)(&(D_tensormap))), (uint64_t)0, (c * 8), 0);\n"
+           "      ptx_cp_async_bulk_tensor_commit_group();\n    }\n"
+           "  }\n}\n")
+    ok, msg = fragment.check_places(src, ROWS, plan=TWO_BOXES)
+    assert ok is True, msg
+    # without the wait, the second chunk's writes race with the first store's read of the tile
+    ok, msg = fragment.check_places(src.replace("ptx_cp_async_bulk_wait_group_read_0();", "int w = 0;"), ROWS,
+                                    plan=TWO_BOXES)
+    assert ok is False and "may still be reading the tile (no barrier after the store's issue, or no wait for its " \
+        "bulk group before that barrier): 8, 9, 10" in msg, msg
+    # a wait that leaves the last group in flight (wait_group_read 1) does not cover it either
+    ok, msg = fragment.check_places(src.replace("wait_group_read_0", "wait_group_read_1"), ROWS, plan=TWO_BOXES)
+    assert ok is False, msg
+
+
+def test_threads_that_write_one_element_in_the_same_epoch_race_and_fail():
+    # thread t writes row t % 4: threads t and t + 4 write the same elements before the same barrier
+    ok, msg = fragment.check_places(_tma_kernel(SWIZZLED.replace("X", "(X % 64)"), _tma_store(512, "0")), ROWS,
+                                    plan=ONE_BOX)
+    assert ok is False and "thread 4 stores acc_ptr[0] -> D[0][0]" in msg, msg
+
+
+def test_a_consumer_warpgroups_threads_are_followed_from_its_first_thread():
+    later = fragment.Places(ROWS.offsets, cols=16, via="tma_store", first=128)
+    src = _tma_kernel(SWIZZLED, _tma_store(512, "0").replace("((int)threadIdx.x) == 0", "((int)threadIdx.x) == 128"),
+                      first=128)
+    ok, msg = fragment.check_places(src, later, plan=ONE_BOX)
+    assert ok is True, msg
+    assert fragment.check_places(src, ROWS, plan=ONE_BOX)[0] is not True      # threads 0..7 store nothing there
+
+
+def test_tma_stores_the_reader_cannot_follow_are_not_checked():
+    two = _tma_kernel(SWIZZLED, _tma_store(512, "0") + _tma_store(512, "0", arr="other_ptr"))
+    ok, msg = fragment.check_places(two, ROWS, plan=ONE_BOX)
     assert ok is None and "more than one shared-memory array" in msg, msg
-    ok, msg = fragment.check_places(_kernel(TILE.replace("ptx_cp_async_bulk_tensor_shared_to_global_2d", "nothing")),
-                                    swizzled)
+    ok, msg = fragment.check_places(_tma_kernel(SWIZZLED, _tma_store(512, "0").replace("shared_to_global", "nothing")),
+                                    ROWS, plan=ONE_BOX)
     assert ok is None and "no TMA store" in msg, msg
+    for plan, why in ((_plan([16, 8], 5), "swizzle mode 5"), (_plan([12, 8], 0), "box of 12"),
+                      ({**ONE_BOX, "tensormaps": [{**ONE_BOX["tensormaps"][0], "offset": 64}]}, "not a plain fp16")):
+        ok, msg = fragment.check_places(_tma_kernel(SWIZZLED, _tma_store(512, "0")), ROWS, plan=plan)
+        assert ok is None and why in msg, (why, msg)
     # a store into the tile in a form the reader does not follow is "not checked", never "stored nowhere"
     for form in ("*(half2*)(((half*)pool_buf_ptr) + __1.x) = v__4;", "((half*)pool_buf_ptr)[__1.x] += v__4.x;"):
-        other = TILE.replace("((half*)pool_buf_ptr)[__1.x] = v__4.x;", form)
-        ok, msg = fragment.check_places(_kernel(other), swizzled)
+        src = _tma_kernel(SWIZZLED, _tma_store(512, "0")).replace("((half*)pool_buf_ptr)[__1.x] = v__4.x;", form)
+        ok, msg = fragment.check_places(src, ROWS, plan=ONE_BOX)
         assert ok is None and "a store this check cannot read" in msg, (form, msg)
+    # a TMA store whose arguments are not in TIRx's form
+    src = _tma_kernel(SWIZZLED, _tma_store(512, "0").replace("(uint64_t)0, 0, 0", "0, 0"))
+    ok, msg = fragment.check_places(src, ROWS, plan=ONE_BOX)
+    assert ok is None and "a TMA store this check cannot read" in msg, msg
 
 
 @pytest.mark.parametrize("text", ["1 << (((int)threadIdx.x) << 40)", "1 << -1", "8 >> 64"])
@@ -189,9 +284,12 @@ def test_an_epilogue_that_squares_a_number_in_a_loop_is_read_quickly():
 
 
 def test_a_tma_store_whose_start_has_thousands_of_digits_is_not_read():
-    src = _kernel("  ptx_cp_async_bulk_tensor_shared_to_global_2d((&(((half*)pool_buf_ptr)[" + "9" * 5000 + "])), 0);\n")
-    with pytest.raises(fragment.Unknown, match="no TMA store"):
-        fragment.tma_store_source(src)
+    """A 5,000-digit number once raised a ValueError (Python's limit on reading integers) past the
+    reader's refusals; numbers of more than 24 digits are refused."""
+    src = _tma_kernel(SWIZZLED, _tma_store(512, "0").replace("[512]", "[" + "9" * 5000 + "]"))
+    assert fragment.check_places(src, ROWS, plan=ONE_BOX)[0] is None
+    with pytest.raises(fragment.Unknown, match="a number of 30 digits"):
+        fragment.expression("1" * 30)
 
 
 def test_an_epilogue_of_long_expressions_is_stopped_by_the_clock(monkeypatch):
