@@ -20,6 +20,7 @@ import time
 
 THREAD_NAMES = {"threadIdx.x": "x", "threadIdx.y": "y", "threadIdx.z": "z"}
 BLOCK_NAMES = ("blockIdx.x", "blockIdx.y", "blockIdx.z")
+CLUSTER_NAMES = ("tvm_builtin_cluster_ctaid_x", "tvm_builtin_cluster_ctaid_y", "tvm_builtin_cluster_ctaid_z")
 TYPES = {"int", "uint", "unsigned", "int32_t", "uint32_t", "int64_t", "uint64_t", "long", "short", "char",
          "bool", "half", "float", "signed"}
 MAX_LINE = 4000          # a longer line is not read (the patterns below would backtrack on it)
@@ -192,8 +193,11 @@ class _Parser:
                 if w <= 0 or w & (w - 1):
                     raise Unknown("__shfl_sync width")
                 src = dict(env, **{"threadIdx.x": (env["threadIdx.x"] & ~(w - 1)) + lane(env)})
-                return value({k: v for k, v in src.items() if k in THREAD_NAMES or k in BLOCK_NAMES})
+                return value({k: v for k, v in src.items() if k in THREAD_NAMES or k in BLOCK_NAMES
+                              or k in CLUSTER_NAMES})
             return shfl
+        if name in CLUSTER_NAMES and not args:        # the CTA's rank in its cluster, along x, y or z
+            return lambda env: _lookup(env, name)
         raise Unknown(f"a call of {name}")
 
 
@@ -477,9 +481,10 @@ def output_pointer(cuda: str, name: str) -> str:
     return f"{name}_ptr" if re.search(rf"\b{name}_ptr\b", cuda) else name
 
 
-def _follow(cuda: str, threads, ptr: str, out: str, block) -> tuple[dict, set]:
+def _follow(cuda: str, threads, ptr: str, out: str, block, cluster=(1, 1, 1)) -> tuple[dict, set]:
     """({thread: [(element offset into ``ptr``, (accumulator buffer, register), epoch), ...]}, {TMA
-    store issued by any thread}) for the ``threads`` (CTA thread indices) of CTA ``block``."""
+    store issued by any thread}) for the ``threads`` (CTA thread indices) of CTA ``block``, in
+    clusters of ``cluster`` CTAs."""
     try:
         nodes, _, _ = _tree(kernel_body(cuda), 0, ptr)
     except RecursionError:
@@ -489,7 +494,7 @@ def _follow(cuda: str, threads, ptr: str, out: str, block) -> tuple[dict, set]:
     places, issued, budget = {}, set(), [MAX_STEPS, time.monotonic() + MAX_SECONDS]
     for t in threads:
         env = {"threadIdx.x": t, "threadIdx.y": 0, "threadIdx.z": 0, "__epoch": 0, "__groups": 0,
-               **dict(zip(BLOCK_NAMES, block))}
+               **dict(zip(BLOCK_NAMES, block)), **{n: b % c for n, b, c in zip(CLUSTER_NAMES, block, cluster)}}
         stored: list = []
         tma: list = []
         try:
@@ -581,7 +586,8 @@ def tma_epilogue_places(cuda: str, plan: dict, threads, out: str = "D", block=(0
     is placed at ``RACED`` as well."""
     ptr = tma_store_array(cuda)
     maps = _tensor_maps(cuda, plan)
-    written, issued = _follow(cuda, threads, ptr, out, block)
+    launch = [ln for ln in plan.get("launches", []) if ln.get("cluster")]
+    written, issued = _follow(cuda, threads, ptr, out, block, tuple(launch[0]["cluster"]) if launch else (1, 1, 1))
     writes: dict = {}                  # shared element -> [(epoch, order, thread, register)]
     for t, rows in written.items():
         for order, (off, src, epoch) in enumerate(rows):
@@ -683,8 +689,9 @@ def check_places(cuda: str, places, out: str = "D", plan: dict | None = None) ->
     return (None if None in verdicts else True), "; ".join(said)
 
 
-def _check_block(cuda: str, places, out: str, plan: dict | None) -> tuple[bool | None, str]:
-    """check_places for the threads of one CTA, ``places.block``."""
+def _followed(cuda: str, places, out: str, plan: dict | None):
+    """(threads, {thread: [(offset in out, (buffer, register))]}, buffer), or (None, verdict, message)
+    where the stores cannot be judged, for the threads ``places`` names."""
     threads = range(places.first, places.first + places.threads)
     try:
         if places.via == "tma_store":       # through the shared tile and the TMA stores that read it
@@ -694,14 +701,30 @@ def _check_block(cuda: str, places, out: str, plan: dict | None) -> tuple[bool |
         else:
             stored = epilogue_places(cuda, threads, out, block=places.block)
     except Unknown as e:
-        return None, f"not checked ({e})"
+        return None, None, f"not checked ({e})"
     buffers = {buf for rows in stored.values() for _, (buf, _) in rows}
     if not buffers and places.via == "tma_store":
-        return False, (f"no value the threads write into the shared tile reaches {out}: each TMA store reads "
-                       "parts of the tile that nothing was written to before the barrier preceding the store "
-                       "(a store issued with no barrier after the writes reads the tile before they land)")
+        return None, False, (f"no value the threads write into the shared tile reaches {out}: each TMA store reads "
+                             "parts of the tile that nothing was written to before the barrier preceding the store "
+                             "(a store issued with no barrier after the writes reads the tile before they land)")
     if len(buffers) != 1:
-        return None, f"not checked (the stores into {out} convert values of {len(buffers)} buffers)"
+        return None, None, f"not checked (the stores into {out} convert values of {len(buffers)} buffers)"
+    return threads, stored, buffers.pop()
+
+
+def _raced_text(raced: list) -> str:
+    return (f"; written while a TMA store may still be reading the tile (no barrier after the store's issue, or no "
+            f"wait for its bulk group before that barrier): {', '.join(map(str, raced[:6]))}" if raced else "")
+
+
+def _check_block(cuda: str, places, out: str, plan: dict | None) -> tuple[bool | None, str]:
+    """check_places for the threads of one CTA, ``places.block``."""
+    if getattr(places, "relative", False):
+        return _check_relative(cuda, places, out, plan)
+    threads, stored, buf = _followed(cuda, places, out, plan)
+    if threads is None:
+        return stored, buf
+    buffers = {buf}
     try:
         orders = _orders(wgmma_blocks(cuda, next(iter(buffers))), places.regs)
     except Unknown as e:
@@ -741,9 +764,82 @@ def _check_block(cuda: str, places, out: str, plan: dict | None) -> tuple[bool |
                       for k in sorted(regs)[:4] if len(regs[k]) == 1)
     if places.via == "tma_store":
         shown += " (through the shared tile and its TMA stores)"
-    extra = (f"; written while a TMA store may still be reading the tile (no barrier after the store's issue, or no "
-             f"wait for its bulk group before that barrier): {', '.join(map(str, raced[:6]))}" if raced else "") + \
-        (f"; stored twice: {', '.join(map(str, twice[:6]))}" if twice else "") + \
+    extra = _raced_text(raced) + (f"; stored twice: {', '.join(map(str, twice[:6]))}" if twice else "") + \
             (f"; never stored: {', '.join(map(str, never[:6]))}{' ...' if len(never) > 6 else ''}" if never else "")
     return False, (f"{len(wrong)} of {places.threads} threads store registers where the wgmma accumulator does not "
                    f"hold them; thread {t} stores {shown}{extra}")
+
+
+class RelativePlaces:
+    """Places known up to where each wgmma's block of the tile sits (warp-specialized kernels whose
+    consumers' share of the tile is the student's choice): ``rel[n][t][k]`` is the offset in the
+    output, from where register 0 of the warpgroup's thread 0 lands, at which register k of
+    thread t of an m64 x 2n wgmma fragment (n registers) belongs. The warpgroups begin at CTA
+    thread ``first``, ``group`` threads each, ``threads`` in all; together their registers must
+    cover ``tile`` (row, col, rows, cols of the output) once. The edition holds ``rel`` hashed."""
+    relative = True
+
+    def __init__(self, rel: dict, cols: int, tile, block=(0, 0, 0), via: str | None = None, first: int = 0,
+                 threads: int = 128, group: int = 128):
+        self.rel, self.cols, self.tile, self.block, self.via = rel, cols, tuple(tile), tuple(block), via
+        self.first, self.threads, self.group = first, threads, group
+
+    def fits(self, n: int, thread: int, got: list) -> bool:
+        return n in self.rel and got == self.rel[n][thread]
+
+
+def _check_relative(cuda: str, places, out: str, plan: dict | None) -> tuple[bool | None, str]:
+    """check_places for ``RelativePlaces``: within each wgmma's run of registers, every thread's
+    registers land where the fragment puts them relative to the run's first register of the
+    warpgroup's thread 0; the runs of all warpgroups together cover the tile once."""
+    threads, stored, buf = _followed(cuda, places, out, plan)
+    if threads is None:
+        return stored, buf
+    try:
+        runs = sorted(set(wgmma_blocks(cuda, buf)))
+    except Unknown as e:
+        return None, f"not checked ({e})"
+    if not runs or len({n for _, n in runs}) != 1 or runs[0][1] not in places.rel:
+        return None, "not checked (the wgmmas' accumulator runs are not of one fragment size the check knows)"
+    by_reg = {t: {} for t in threads}
+    for t in threads:
+        for off, (_, k) in stored[t]:
+            by_reg[t].setdefault(k, []).append(off)
+    wrong, first = 0, None
+    for w in range(places.threads // places.group):
+        lead = places.first + w * places.group
+        for start, n in runs:
+            anchor = by_reg[lead].get(start, [])
+            base = anchor[0] if len(anchor) == 1 and anchor[0] != RACED else None
+            for i in range(places.group):
+                regs = by_reg[lead + i]
+                got = [regs[start + k][0] - base if base is not None and len(regs.get(start + k, [])) == 1
+                       and regs[start + k][0] != RACED else None for k in range(n)]
+                if not places.fits(n, i, got):
+                    wrong += 1
+                    if first is None:
+                        first = (lead + i, start, n, regs)
+    if first:
+        t, start, n, regs = first
+        shown = ", ".join(f"{buf}[{k}] -> {out}[{regs[k][0] // places.cols}][{regs[k][0] % places.cols}]"
+                          for k in range(start, start + min(n, 4)) if len(regs.get(k, [])) == 1 and regs[k][0] != RACED)
+        raced = sorted(k for k, offs in regs.items() if RACED in offs)
+        never = [k for k in range(start, start + n) if k not in regs]
+        return False, (f"{wrong} of {places.threads * len(runs)} (thread, wgmma) pairs "
+                       f"store registers out of the shape of the wgmma fragment; thread {t}, the wgmma on {buf}[{start}] "
+                       f".. {buf}[{start + n - 1}]: {shown}" + _raced_text(raced)
+                       + (f"; never stored: {', '.join(map(str, never[:6]))}" if never else ""))
+    row0, col0, rows, cols = places.tile
+    want = sorted((row0 + r) * places.cols + col0 + c for r in range(rows) for c in range(cols))
+    got = sorted(off for t in threads for offs in by_reg[t].values() for off in offs)
+    if got != want:
+        import collections
+        seen = collections.Counter(got)
+        twice = sum(1 for v in seen.values() if v > 1)
+        missing = len(set(want) - set(seen))
+        return False, (f"each wgmma's registers keep the fragment's shape, but together they do not cover the "
+                       f"{rows} x {cols} tile once: {twice} elements stored more than once, {missing} never "
+                       f"(two warpgroups, or two wgmmas, store their blocks over each other)")
+    return True, (f"each of {places.threads} threads stores its registers in the shape of the wgmma fragment "
+                  f"({len(runs)} wgmma run{'s' if len(runs) > 1 else ''} of {runs[0][1]} registers per thread), "
+                  f"and together they cover the {rows} x {cols} tile once")

@@ -152,18 +152,50 @@ class SealedPlaces:
         return self.seals[thread].matches(got)
 
 
+class SealedRelativePlaces:
+    """fragment.RelativePlaces as the edition holds them: per wgmma width and thread, the
+    fragment's offsets hashed."""
+    relative = True
+
+    def __init__(self, cols: int, tile, seals: dict, block=(0, 0, 0), via: str | None = None, first: int = 0,
+                 threads: int = 128, group: int = 128):
+        self.cols, self.tile, self.seals, self.block, self.via = cols, tuple(tile), seals, tuple(block), via
+        self.first, self.threads, self.group = first, threads, group
+        self.rel = {int(n): None for n in seals}
+
+    def fits(self, n: int, thread: int, got: list) -> bool:
+        return str(n) in self.seals and self.seals[str(n)][thread].matches(got)
+
+
+def _seal_relative(part_id: str, p) -> dict:
+    return {"kind": "relative", "cols": p.cols, "tile": list(p.tile), "block": list(p.block), "via": p.via,
+            "first": p.first, "threads": p.threads, "group": p.group,
+            "seals": {str(n): [encode(Sealed.of(p.rel[n][t], _salt(part_id, "acc-rel", n, t))) for t in range(p.group)]
+                      for n in p.rel}}
+
+
+def _unseal(e: dict):
+    if e.get("kind") == "relative":
+        return SealedRelativePlaces(e["cols"], e["tile"], {n: [decode(s) for s in v] for n, v in e["seals"].items()},
+                                    e["block"], e["via"], e["first"], e["threads"], e["group"])
+    return SealedPlaces(e["cols"], e["regs"], [decode(s) for s in e["seals"]], e["block"], e["via"], e["first"])
+
+
+def _seal_exact(part_id: str, p) -> dict:
+    return {"cols": p.cols, "regs": p.regs, "block": list(p.block), "via": p.via, "first": p.first,
+            "seals": [encode(Sealed.of(p.offsets[t], _salt(part_id, "acc", list(p.block), t))) for t in range(p.threads)]}
+
+
 def seal_places(part_id: str, places: list) -> list:
-    """The course grader's ``ACC_PLACES`` of one part (a Places per CTA checked) as the edition's
-    table holds them."""
-    return [{"cols": p.cols, "regs": p.regs, "block": list(p.block), "via": p.via, "first": p.first,
-             "seals": [encode(Sealed.of(p.offsets[t], _salt(part_id, "acc", list(p.block), t)))
-                       for t in range(p.threads)]} for p in places]
+    """The course grader's ``ACC_PLACES`` of one part (a Places per CTA checked, or RelativePlaces)
+    as the edition's table holds them."""
+    return [(_seal_relative if getattr(p, "relative", False) else _seal_exact)(part_id, p) for p in places]
 
 
 def sealed_acc_places(lab: str) -> dict:
-    """The edition's ``ACC_PLACES`` of a lab: part id -> SealedPlaces, from its table."""
-    return {part: [SealedPlaces(e["cols"], e["regs"], [decode(s) for s in e["seals"]], e["block"], e["via"], e["first"])
-                   for e in entries]
+    """The edition's ``ACC_PLACES`` of a lab: part id -> SealedPlaces (or SealedRelativePlaces),
+    from its table."""
+    return {part: [_unseal(e) for e in entries]
             for part, entries in load_table(lab).get("acc_places", {}).items()}
 
 

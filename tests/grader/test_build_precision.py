@@ -505,3 +505,29 @@ def test_lab5_epilogues_are_followed_through_their_tma_stores_on_a_cpu(root, edi
     for part_id, r in half.items():
         assert r.verdict == report.FAILED and "threads store registers where the wgmma accumulator does not hold " \
             "them" in r.message, (part_id, r.message)
+
+
+@pytest.mark.slow
+def test_lab5_consumers_epilogues_keep_the_fragment_and_cover_the_tile_on_a_cpu(root, edit, tmp_path, device):
+    """Steps 8 and 9 leave the consumers' share of the tile to the student: the build parts check
+    that each wgmma's registers keep the fragment's shape through Dsmem and the TMA stores, and
+    that the two consumers cover the tile once. Both consumers storing at the same rows, a chunk
+    that stores the first registers twice, and a chunk written while the previous store may
+    still read Dsmem, all fail on a CPU."""
+    parts = ["s8_build_sm90", "s9_build_sm90"]
+    good = grade_edited(root, edit, tmp_path / "good", device, "lab5_gemm_pipeline", {"ACC = ": "ACC = "}, parts,
+                        "sm_90a")
+    for part_id, r in good.items():
+        assert r.verdict == report.PASSED and "cover the 128 x 256 tile once" in r.message, (part_id, r.message)
+    cases = {"same rows": ({"m0 = T.meta_var(tm * TM + WGMMA_M * c)": "m0 = T.meta_var(tm * TM)"},
+                           "do not cover the 128 x 256 tile once"),
+             "first chunk twice": ({"acc_to_smem(acc, Dsmem, tid, 1, ACC, h * (WS_EPI_N // 2), WS_EPI_N, pair, (c,))":
+                                    "acc_to_smem(acc, Dsmem, tid, 1, ACC, 0, WS_EPI_N, pair, (c,))"},
+                                   "store registers out of the shape of the wgmma fragment"),
+             "no wait": ({"T.ptx.cp_async.bulk.wait_group(0)    # the previous store has read Dsmem[c]": "pass"},
+                         "written while a TMA store may still be reading the tile")}
+    for name, (replace, said) in cases.items():
+        ids = parts if name != "no wait" else ["s8_build_sm90"]
+        for part_id, r in grade_edited(root, edit, tmp_path / name.replace(" ", "_"), device, "lab5_gemm_pipeline",
+                                       replace, ids, "sm_90a").items():
+            assert r.verdict == report.FAILED and said in r.message, (name, part_id, r.message)
