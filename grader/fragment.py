@@ -516,6 +516,8 @@ def epilogue_places(cuda: str, threads, out: str = "D", block=(0, 0, 0), pointer
 
 
 _TMA_ARRAY = re.compile(r"ptx_cp_async_bulk_tensor_shared_to_global_\dd\(\(?&\(\(\(half\*\)(\w+)\)\[")
+MAX_BOX_ELEMENTS = 1 << 22     # the elements of all TMA stores followed together: beyond, not checked
+MAX_WRITES_AT = 256            # writes into one element of the tile: beyond, not checked
 RACED = -1                                  # the place of a write a TMA store may or may not read
 SWIZZLE_BITS = {0: 0, 1: 1, 2: 2, 3: 3}     # CUtensorMapSwizzle none, 32B, 64B, 128B: Swizzle<B, 4, 3>
 
@@ -591,7 +593,14 @@ def tma_epilogue_places(cuda: str, plan: dict, threads, out: str = "D", block=(0
     writes: dict = {}                  # shared element -> [(epoch, order, thread, register)]
     for t, rows in written.items():
         for order, (off, src, epoch) in enumerate(rows):
-            writes.setdefault(off, []).append((epoch, order, t, src))
+            at = writes.setdefault(off, [])
+            if len(at) >= MAX_WRITES_AT:
+                raise Unknown(f"one element of the tile is written more than {MAX_WRITES_AT} times")
+            at.append((epoch, order, t, src))
+    boxes = [maps[st[2]]["box"] for st in issued if st[2] in maps]
+    if sum(math.prod(b) for b in boxes if all(isinstance(x, int) and 0 < x <= 256 for x in b)) > MAX_BOX_ELEMENTS \
+            or not all(all(isinstance(x, int) and 0 < x <= 256 for x in b) for b in boxes):
+        raise Unknown(f"the TMA stores move more than {MAX_BOX_ELEMENTS} elements, or a box extent is outside 1..256")
     places: dict = {t: [] for t in written}
     stores = 0
     for arr, start, tmap, coords, epoch, _, read_by in sorted(issued, key=lambda st: (st[4], st[1], repr(st[3]))):
@@ -776,13 +785,14 @@ class RelativePlaces:
     output, from where register 0 of the warpgroup's thread 0 lands, at which register k of
     thread t of an m64 x 2n wgmma fragment (n registers) belongs. The warpgroups begin at CTA
     thread ``first``, ``group`` threads each, ``threads`` in all; together their registers must
-    cover ``tile`` (row, col, rows, cols of the output) once. The edition holds ``rel`` hashed."""
+    cover ``tile`` (row, col, rows, cols of the output ``out``, seen as rows of ``cols`` elements)
+    once. The edition holds ``rel`` hashed."""
     relative = True
 
     def __init__(self, rel: dict, cols: int, tile, block=(0, 0, 0), via: str | None = None, first: int = 0,
-                 threads: int = 128, group: int = 128):
+                 threads: int = 128, group: int = 128, out: str = "D"):
         self.rel, self.cols, self.tile, self.block, self.via = rel, cols, tuple(tile), tuple(block), via
-        self.first, self.threads, self.group = first, threads, group
+        self.first, self.threads, self.group, self.out = first, threads, group, out
 
     def fits(self, n: int, thread: int, got: list) -> bool:
         return n in self.rel and got == self.rel[n][thread]
@@ -792,6 +802,7 @@ def _check_relative(cuda: str, places, out: str, plan: dict | None) -> tuple[boo
     """check_places for ``RelativePlaces``: within each wgmma's run of registers, every thread's
     registers land where the fragment puts them relative to the run's first register of the
     warpgroup's thread 0; the runs of all warpgroups together cover the tile once."""
+    out = places.out
     threads, stored, buf = _followed(cuda, places, out, plan)
     if threads is None:
         return stored, buf

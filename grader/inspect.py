@@ -389,8 +389,8 @@ def _epilogue_places(m: Mechanism, texts: dict) -> CheckResult:
         return CheckResult(m.name, True, 0, f"{m.description}: {said}")
     if not ok:
         return CheckResult(m.name, False, 0, (
-            f"{m.description}: WRONG ({said}. Your part a mapping, wgmma_acc_coord, is the map the "
-            "epilogue must follow; on a GPU such a kernel writes a permuted D)"))
+            f"{m.description}: WRONG ({said}. The wgmma accumulator fragment, Lab 4's part a mapping "
+            "wgmma_acc_coord, is the map the epilogue must follow; on a GPU such a kernel writes a permuted output)"))
     return CheckResult(m.name, True, len(places) if isinstance(places, list) else 1, f"{m.description}: ok ({said})")
 
 

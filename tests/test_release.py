@@ -429,7 +429,7 @@ def test_the_editions_lab5_build_check_follows_the_consumers_epilogue_through_it
         "s9_build_sm90": [128]}
     assert table["acc_places"]["s8_build_sm90"][0]["kind"] == "relative"      # the consumers' rows are the student's
     for entry in table["acc_places"]["s8_build_sm90"]:       # hashes and salts only: no offset in the table
-        assert set(entry) == {"kind", "cols", "tile", "block", "via", "first", "threads", "group", "seals"}
+        assert set(entry) == {"kind", "cols", "tile", "block", "via", "first", "threads", "group", "out", "seals"}
         assert all(set(seal) == {"__sealed__", "salt"} for seals in entry["seals"].values() for seal in seals)
     pasted = _paste_reference(root, edition, lab, str(tmp_path / "pasted"))
     for part, (verdict, message) in _check_in_edition(edition, pasted, lab, ["s5_build_sm90", "s7_build_sm90",

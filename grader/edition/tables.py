@@ -158,9 +158,9 @@ class SealedRelativePlaces:
     relative = True
 
     def __init__(self, cols: int, tile, seals: dict, block=(0, 0, 0), via: str | None = None, first: int = 0,
-                 threads: int = 128, group: int = 128):
+                 threads: int = 128, group: int = 128, out: str = "D"):
         self.cols, self.tile, self.seals, self.block, self.via = cols, tuple(tile), seals, tuple(block), via
-        self.first, self.threads, self.group = first, threads, group
+        self.first, self.threads, self.group, self.out = first, threads, group, out
         self.rel = {int(n): None for n in seals}
 
     def fits(self, n: int, thread: int, got: list) -> bool:
@@ -169,7 +169,7 @@ class SealedRelativePlaces:
 
 def _seal_relative(part_id: str, p) -> dict:
     return {"kind": "relative", "cols": p.cols, "tile": list(p.tile), "block": list(p.block), "via": p.via,
-            "first": p.first, "threads": p.threads, "group": p.group,
+            "first": p.first, "threads": p.threads, "group": p.group, "out": p.out,
             "seals": {str(n): [encode(Sealed.of(p.rel[n][t], _salt(part_id, "acc-rel", n, t))) for t in range(p.group)]
                       for n in p.rel}}
 
@@ -177,7 +177,7 @@ def _seal_relative(part_id: str, p) -> dict:
 def _unseal(e: dict):
     if e.get("kind") == "relative":
         return SealedRelativePlaces(e["cols"], e["tile"], {n: [decode(s) for s in v] for n, v in e["seals"].items()},
-                                    e["block"], e["via"], e["first"], e["threads"], e["group"])
+                                    e["block"], e["via"], e["first"], e["threads"], e["group"], e["out"])
     return SealedPlaces(e["cols"], e["regs"], [decode(s) for s in e["seals"]], e["block"], e["via"], e["first"])
 
 

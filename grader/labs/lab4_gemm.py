@@ -287,6 +287,14 @@ def acc_places(lab: str, part_id: str, blocks=((0, 0),), via: str | None = None,
                    first) for bx, by in blocks]
 
 
+def fragment_offsets(cols: int) -> dict:
+    """{n: per thread, the output offset (rows of ``cols`` elements) of each register k < n of an
+    m64 x 2n wgmma fragment, from register 0 of thread 0} (fragment.RelativePlaces), for the
+    widths n64, n128 and n256. Course grader only, as DESC_FIELDS."""
+    return {n: [[r * cols + c for r, c in (ref_acc_coord(t, k) for k in range(n))] for t in range(128)]
+            for n in (32, 64, 128)}
+
+
 # a CTA away from the origin shows its offsets too (256 x 384: 2 x 3 tiles)
 ACC_PLACES = {"s1_build_sm90": acc_places(LAB, "s1_build_sm90"), "s2_build_sm90": acc_places(LAB, "s2_build_sm90"),
               "s3_build_sm90": acc_places(LAB, "s3_build_sm90", ((0, 0), (1, 2))),

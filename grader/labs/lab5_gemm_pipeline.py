@@ -45,7 +45,7 @@ from __future__ import annotations
 from .. import grading, inputs
 from ..context import Context
 from . import build_checks
-from .lab4_gemm import acc_places, ref_acc_coord, ref_desc_fields
+from .lab4_gemm import acc_places, fragment_offsets, ref_desc_fields
 
 LAB = "lab5_gemm_pipeline"
 
@@ -338,18 +338,11 @@ DESC_FIELDS = {f"s{step}_build_sm90": [("A and B (K-major)", (None,) + ref_desc_
 # consumers' share of the 128 x 256 tile to the student: each wgmma's registers must keep the
 # fragment's shape wherever its block sits, and the two consumers (threads 128-383) must cover the
 # tile once. Course grader only.
-def _fragment_offsets(cols: int) -> dict:
-    """{n: per thread, the output offset of each register k < n of an m64 x 2n fragment, from
-    register 0 of thread 0} (fragment.RelativePlaces), for the wgmma widths n64, n128 and n256."""
-    return {n: [[r * cols + c for r, c in (ref_acc_coord(t, k) for k in range(n))] for t in range(128)]
-            for n in (32, 64, 128)}
-
-
 def _consumer_places(part_id: str):
     from .. import spec
     from ..fragment import RelativePlaces
     cols = spec.load(LAB).part(part_id).params["N"]
-    return [RelativePlaces(_fragment_offsets(cols), cols, (0, 0, 128, 256), via="tma_store", first=128, threads=256)]
+    return [RelativePlaces(fragment_offsets(cols), cols, (0, 0, 128, 256), via="tma_store", first=128, threads=256)]
 
 
 ACC_PLACES = {"s5_build_sm90": acc_places(LAB, "s5_build_sm90", ((0, 0), (0, 1)), via="tma_store"),

@@ -52,7 +52,7 @@ import torch
 
 from .. import compare, grading, inputs, problems
 from ..context import Context, Outcome
-from .lab4_gemm import ref_desc_fields, ref_desc_fields_mn
+from .lab4_gemm import fragment_offsets, ref_desc_fields, ref_desc_fields_mn
 
 LAB = "lab6_flash_attention"
 LN2 = math.log(2.0)
@@ -569,6 +569,29 @@ QUESTIONS = {   # CPU questions declared as data: graded by grading.grade_questi
 DESC_FIELDS = {f"s{step}_build_sm90": [("Q and K (K-major)", (None,) + ref_desc_fields(128)[1:]),
                                        ("V (MN-major)", ref_desc_fields_mn(128, 128))]
                for step in (2, 3, 4, 5)}
+
+
+def _o_places(part_id: str, rows: int, consumers: bool):
+    """Where the epilogue puts each register of O (the check "wgmma_epilogue_places") in CTA (0, 0)
+    and CTA (1, 1) (query block 1 of head 1) at the part's build shape: each wgmma's registers keep
+    the fragment's shape in O, seen as rows of heads_q x head_dim elements, and together cover the
+    CTA's ``rows`` x head_dim block of its head once (which consumer holds which rows is the
+    student's). Step 2's one warpgroup stores O itself; steps 3 and 4's consumers (threads 128-383)
+    through Dsmem and TMA stores. Course grader only."""
+    from .. import spec
+    from ..fragment import RelativePlaces
+    p = spec.load(LAB).part(part_id).params
+    cols, d = p["heads_q"] * p["head_dim"], p["head_dim"]
+    first, threads, via = (128, 256, "tma_store") if consumers else (0, 128, None)
+    return [RelativePlaces(fragment_offsets(cols), cols, (rows * bx, d * by, rows, d), (bx, by, 0), via, first,
+                           threads, out="O") for bx, by in ((0, 0), (1, 1))]
+
+
+# Step 5 packs the query heads of a KV group into one CTA's rows (its O block is not a rectangle of
+# O's rows): its epilogue is judged by its correctness part.
+ACC_PLACES = {"s2_build_sm90": _o_places("s2_build_sm90", 64, False),
+              "s3_build_sm90": _o_places("s3_build_sm90", 128, True),
+              "s4_build_sm90": _o_places("s4_build_sm90", 128, True)}
 
 GRADERS = {
     "a_softmax": grade_softmax,

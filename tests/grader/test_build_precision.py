@@ -531,3 +531,26 @@ def test_lab5_consumers_epilogues_keep_the_fragment_and_cover_the_tile_on_a_cpu(
         for part_id, r in grade_edited(root, edit, tmp_path / name.replace(" ", "_"), device, "lab5_gemm_pipeline",
                                        replace, ids, "sm_90a").items():
             assert r.verdict == report.FAILED and said in r.message, (name, part_id, r.message)
+
+
+@pytest.mark.slow
+def test_lab6_o_epilogues_keep_the_fragment_and_cover_the_block_on_a_cpu(root, edit, tmp_path, device):
+    """Lab 6's Hopper steps 2-4 store O from the P V accumulator (step 2 straight from registers,
+    steps 3 and 4 through shared memory and TMA stores): rows r and r + 8 of the fragment swapped,
+    or both consumers storing at the same rows, fail on a CPU; the reference passes."""
+    lab, parts = "lab6_flash_attention", ["s2_build_sm90", "s3_build_sm90", "s4_build_sm90"]
+    for part_id, r in grade_edited(root, edit, tmp_path / "good", device, lab, {"group = ": "group = "}, parts,
+                                   "sm_90a").items():
+        assert r.verdict == report.PASSED and "x 128 tile once" in r.message, (part_id, r.message)
+    swapped = grade_edited(root, edit, tmp_path / "swapped", device, lab, {
+        "store_rows_direct(O_acc, O, LSE, lse_val, tid, b, hq, pos0, pos1,":
+        "store_rows_direct(O_acc, O, LSE, lse_val, tid, b, hq, pos1, pos0,"}, ["s2_build_sm90"], "sm_90a")
+    r = swapped["s2_build_sm90"]
+    assert r.verdict == report.FAILED and "store registers out of the shape of the wgmma fragment" in r.message, \
+        r.message
+    same = grade_edited(root, edit, tmp_path / "same", device, lab, {
+        "store_o_tma(O_acc, O, LSE, lse_val, Qsmem, tid, c, b, hq, m0 + WG_M * c, pos0, pos1, seq_q, pair, tr)":
+        "store_o_tma(O_acc, O, LSE, lse_val, Qsmem, tid, c, b, hq, m0, pos0, pos1, seq_q, pair, tr)"},
+        ["s3_build_sm90", "s4_build_sm90"], "sm_90a")
+    for part_id, r in same.items():
+        assert r.verdict == report.FAILED and "do not cover the 128 x 128 tile once" in r.message, (part_id, r.message)

@@ -229,6 +229,25 @@ def test_threads_that_write_one_element_in_the_same_epoch_race_and_fail():
     assert ok is False and "thread 4 stores acc_ptr[0] -> D[0][0]" in msg, msg
 
 
+def test_tma_stores_made_to_stall_the_reader_are_not_followed():
+    """A descriptor's box of 256^5 elements, or a tile element written thousands of times, would
+    keep the grader's process busy for hours: both are refused at once."""
+    import time
+    huge = {**ONE_BOX, "tensormaps": [{**ONE_BOX["tensormaps"][0], "rank": 5, "box": [256] * 5,
+                                       "sizes": [16, 8, 1, 1, 1], "strides": [32, 256, 256, 256],
+                                       "element_strides": [1] * 5}]}
+    src = _tma_kernel(SWIZZLED, _tma_store(512, "0").replace("_2d(", "_5d(").replace(", 0, 0);", ", 0, 0, 0, 0, 0);"))
+    t = time.time()
+    ok, msg = fragment.check_places(src, ROWS, plan=huge)
+    assert ok is None and "more than 4194304 elements" in msg and time.time() - t < 5, msg
+    many = _tma_kernel(SWIZZLED, _tma_store(512, "0")).replace("for (int j = 0; j < 8; ++j)", "for (int j = 0; j < 8000; ++j)")
+    ok, msg = fragment.check_places(many.replace("v__2 = make_int2(((t * 16) + (j * 2))", "v__2 = make_int2(((t * 16) + ((j % 8) * 2))")
+                                    .replace("+(1*1));", "+(1*1));").replace("((t * 16) + (j * 2))+(1*1)",
+                                                                              "((t * 16) + ((j % 8) * 2))+(1*1)"),
+                                    ROWS, plan=ONE_BOX)
+    assert ok is None and "written more than 256 times" in msg, msg
+
+
 def test_a_consumer_warpgroups_threads_are_followed_from_its_first_thread():
     later = fragment.Places(ROWS.offsets, cols=16, via="tma_store", first=128)
     src = _tma_kernel(SWIZZLED, _tma_store(512, "0").replace("((int)threadIdx.x) == 0", "((int)threadIdx.x) == 128"),
