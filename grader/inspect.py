@@ -559,7 +559,8 @@ MECHANISMS = {m.name: m for m in [
     Mechanism("wgmma_desc_fields", "wgmma descriptors with the fields of the step's operand tiles (LBO, SBO, "
               "swizzle of each tile, read from the CUDA source)", "cuda", "", custom=_desc_fields),
     Mechanism("wgmma_epilogue_places", "an epilogue that stores each wgmma accumulator register at its element "
-              "of D (the index arithmetic of the CUDA source followed thread by thread)", "cuda", "",
+              "of the output (the index arithmetic of the CUDA source followed thread by thread, through the shared "
+              "tile and its TMA stores where there are some)", "cuda", "",
               custom=_epilogue_places),
     Mechanism("wgmma_b_mn_major", "wgmma reading an MN-major B (every HGMMA's descriptor with .tnspB)", "sass", "",
               custom=_b_mn_major),
