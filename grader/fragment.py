@@ -786,7 +786,8 @@ class RelativePlaces:
     thread t of an m64 x 2n wgmma fragment (n registers) belongs. The warpgroups begin at CTA
     thread ``first``, ``group`` threads each, ``threads`` in all; together their registers must
     cover ``tile`` (row, col, rows, cols of the output ``out``, seen as rows of ``cols`` elements)
-    once. The edition holds ``rel`` hashed."""
+    once; a tile whose row and col are None may be any tile of that size (which tile a CTA holds
+    is the kernel's choice). The edition holds ``rel`` hashed."""
     relative = True
 
     def __init__(self, rel: dict, cols: int, tile, block=(0, 0, 0), via: str | None = None, first: int = 0,
@@ -841,8 +842,14 @@ def _check_relative(cuda: str, places, out: str, plan: dict | None) -> tuple[boo
                        f".. {buf}[{start + n - 1}]: {shown}" + _raced_text(raced)
                        + (f"; never stored: {', '.join(map(str, never[:6]))}" if never else ""))
     row0, col0, rows, cols = places.tile
-    want = sorted((row0 + r) * places.cols + col0 + c for r in range(rows) for c in range(cols))
     got = sorted(off for t in threads for offs in by_reg[t].values() for off in offs)
+    if row0 is None:                    # which tile the CTA holds is the kernel's: the block it starts
+        row0, col0 = divmod(got[0], places.cols) if got else (0, 0)
+        col0 = min((off % places.cols for off in got), default=0)
+        if row0 % rows or col0 % cols:
+            return False, (f"each wgmma's registers keep the fragment's shape, but the CTA's block starts at "
+                           f"{out}[{row0}][{col0}], which is not the corner of a {rows} x {cols} tile")
+    want = sorted((row0 + r) * places.cols + col0 + c for r in range(rows) for c in range(cols))
     if got != want:
         import collections
         seen = collections.Counter(got)

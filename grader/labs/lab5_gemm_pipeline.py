@@ -45,7 +45,7 @@ from __future__ import annotations
 from .. import grading, inputs
 from ..context import Context
 from . import build_checks
-from .lab4_gemm import acc_places, fragment_offsets, ref_desc_fields
+from .lab4_gemm import fragment_offsets, ref_desc_fields
 
 LAB = "lab5_gemm_pipeline"
 
@@ -331,25 +331,27 @@ DESC_FIELDS = {f"s{step}_build_sm90": [("A and B (K-major)", (None,) + ref_desc_
                for step in (5, 6, 7, 8, 9)}
 
 # Where the epilogue puts each accumulator register (the check "wgmma_epilogue_places"), followed
-# through the shared tile and the TMA stores that read it, whatever the tile's layout and boxes:
-# step 5 on two CTAs of its grid (256 x 256: 2 x 2 tiles; CTA (0, 1) tells rows from columns);
-# the persistent steps 6 and 7 on CTA 0, whose one tile at the build shape is tile 0, held by
-# warpgroup 0 in step 6 and by the consumer, warpgroup 1, in step 7. Steps 8 and 9 leave the
-# consumers' share of the 128 x 256 tile to the student: each wgmma's registers must keep the
-# fragment's shape wherever its block sits, and the two consumers (threads 128-383) must cover the
-# tile once. Course grader only.
-def _consumer_places(part_id: str):
+# through the shared tile and the TMA stores that read it, whatever the tile's layout and boxes.
+# The kernels are the student's from end to end (grid order, tile schedule, which consumer holds
+# which rows), so the check asks what holds for every design: each wgmma's registers keep the
+# fragment's shape, and together a CTA's threads cover one whole tile (128 x 128 in steps 5-7,
+# 128 x 256 in steps 8 and 9) once. Which tile is for the correctness parts. Step 5 on two CTAs of
+# its grid, the persistent steps on CTA 0 (one tile at the build shape); the accumulator is held by
+# warpgroup 0 in steps 5 and 6, by warpgroup 1 in step 7, by warpgroups 1 and 2 in steps 8 and 9.
+# Course grader only.
+def _places(part_id: str, tile_n: int, first: int, threads: int, blocks=((0, 0),)):
     from .. import spec
     from ..fragment import RelativePlaces
     cols = spec.load(LAB).part(part_id).params["N"]
-    return [RelativePlaces(fragment_offsets(cols), cols, (0, 0, 128, 256), via="tma_store", first=128, threads=256)]
+    return [RelativePlaces(fragment_offsets(cols), cols, (None, None, 128, tile_n), (bx, by, 0), "tma_store", first,
+                           threads) for bx, by in blocks]
 
 
-ACC_PLACES = {"s5_build_sm90": acc_places(LAB, "s5_build_sm90", ((0, 0), (0, 1)), via="tma_store"),
-              "s6_build_sm90": acc_places(LAB, "s6_build_sm90", via="tma_store"),
-              "s7_build_sm90": acc_places(LAB, "s7_build_sm90", via="tma_store", first=128),
-              "s8_build_sm90": _consumer_places("s8_build_sm90"),
-              "s9_build_sm90": _consumer_places("s9_build_sm90")}
+ACC_PLACES = {"s5_build_sm90": _places("s5_build_sm90", 128, 0, 128, ((0, 0), (0, 1))),
+              "s6_build_sm90": _places("s6_build_sm90", 128, 0, 128),
+              "s7_build_sm90": _places("s7_build_sm90", 128, 128, 128),
+              "s8_build_sm90": _places("s8_build_sm90", 256, 128, 256),
+              "s9_build_sm90": _places("s9_build_sm90", 256, 128, 256)}
 
 GRADERS = {
     "sass_hazard": build_checks.accumulator_hazard,
