@@ -706,7 +706,11 @@ def _followed(cuda: str, places, out: str, plan: dict | None):
         if places.via == "tma_store":       # through the shared tile and the TMA stores that read it
             if not plan:
                 raise Unknown("no launch plan to read the TMA stores' boxes from")
-            stored = tma_epilogue_places(cuda, plan, threads, out, block=places.block)
+            try:
+                stored = tma_epilogue_places(cuda, plan, threads, out, block=places.block)
+            except (KeyError, IndexError, TypeError, ValueError, AttributeError) as e:
+                raise Unknown(f"the launch plan's TMA descriptors are not in the form the grader writes "
+                              f"({type(e).__name__})") from None
         else:
             stored = epilogue_places(cuda, threads, out, block=places.block)
     except Unknown as e:

@@ -248,6 +248,18 @@ def test_tma_stores_made_to_stall_the_reader_are_not_followed():
     assert ok is None and "written more than 256 times" in msg, msg
 
 
+@pytest.mark.parametrize("bad", [
+    {"tensormaps": [{**ONE_BOX["tensormaps"][0], "tensor": 7}]},               # no such tensor
+    {"tensormaps": [{**ONE_BOX["tensormaps"][0], "box": "16x8"}]},
+    {"tensormaps": [{k: v for k, v in ONE_BOX["tensormaps"][0].items() if k != "sizes"}]},
+    {"launches": [{"name": "k", "args": [{"tensormap": 3}]}]},                  # a descriptor that is not there
+    {"signature": None},
+])
+def test_a_malformed_launch_plan_is_not_checked_and_raises_nothing(bad):
+    ok, msg = fragment.check_places(_tma_kernel(SWIZZLED, _tma_store(512, "0")), ROWS, plan={**ONE_BOX, **bad})
+    assert ok is None and "not checked" in msg, msg
+
+
 def test_a_consumer_warpgroups_threads_are_followed_from_its_first_thread():
     later = fragment.Places(ROWS.offsets, cols=16, via="tma_store", first=128)
     src = _tma_kernel(SWIZZLED, _tma_store(512, "0").replace("((int)threadIdx.x) == 0", "((int)threadIdx.x) == 128"),
