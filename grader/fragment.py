@@ -234,7 +234,8 @@ _VSTORE = re.compile(r"\*\((\w+)\*\)\((\w+) \+ (.+)\) = \*\((\w+)\*\)\((\w+) \+ 
 _TMA_STORE = re.compile(r"ptx_cp_async_bulk_tensor_shared_to_global_(\d)d\((.*)\);$")
 _COMMIT = re.compile(r"ptx_cp_async_bulk_tensor_commit_group\(\);$")          # closes a bulk group of TMA stores
 _WAIT = re.compile(r"ptx_cp_async_bulk_wait_group(?:_read)?_(\d+)\(\);$")      # all but the last n groups have read
-_SYNC = re.compile(r"(?:tvm_builtin_cuda_(?:cta|warpgroup)_sync|__syncthreads)\(.*\);$")   # a barrier of the CTA or a warpgroup
+# a barrier of the CTA or of a warpgroup
+_SYNC = re.compile(r"(?:tvm_builtin_cuda_(?:cta|warpgroup)_sync|__syncthreads)\(.*\);$")
 _TMA_SOURCE = re.compile(r"\(?&\(\(\(half\*\)(\w+)\)\[(.+)\]\)\)?$")       # (&(((half*)pool)[start]))
 _TMA_MAP = re.compile(r"\(\(unsigned long long\)\(&\((\w+)\)\)\)$")         # ((unsigned long long)(&(D_tensormap)))
 
@@ -508,10 +509,11 @@ def _follow(cuda: str, threads, ptr: str, out: str, block, cluster=(1, 1, 1)) ->
 
 def epilogue_places(cuda: str, threads, out: str = "D", block=(0, 0, 0), pointer: str | None = None) -> dict:
     """{thread: [(element offset, (accumulator buffer, register)), ...]}: every element the
-    ``threads`` (a count from thread 0, or CTA thread indices) of CTA ``block`` store into the output ``out`` (or into the CUDA array ``pointer``), in order,
-    with the register it came from. Raises ``Unknown`` where the epilogue leaves the subset this
-    module follows."""
-    stored = _follow(cuda, range(threads) if isinstance(threads, int) else threads, pointer or output_pointer(cuda, out), out, block)[0]
+    ``threads`` (a count from thread 0, or CTA thread indices) of CTA ``block`` store into the
+    output ``out`` (or into the CUDA array ``pointer``), in order, with the register it came from.
+    Raises ``Unknown`` where the epilogue leaves the subset this module follows."""
+    threads = range(threads) if isinstance(threads, int) else threads
+    stored = _follow(cuda, threads, pointer or output_pointer(cuda, out), out, block)[0]
     return {t: [(off, src) for off, src, _ in rows] for t, rows in stored.items()}
 
 
@@ -532,8 +534,9 @@ def tma_store_array(cuda: str) -> str:
     return found.pop()
 
 
-def _tensor_maps(cuda: str, plan: dict) -> dict:
-    """{CUDA parameter name: the launch plan's TMA descriptor} for the kernel's tensor-map parameters."""
+def _tensor_maps(cuda: str, plan: dict) -> tuple[dict, dict]:
+    """({CUDA parameter name: the launch plan's TMA descriptor} for the kernel's tensor-map
+    parameters, the plan's launch of the kernel)."""
     lines = cuda.splitlines()
     heads = [s for s in lines if "__global__" in s and s.rstrip().endswith("{")]
     m = re.search(r"(\w+)\(([^()]*)\)\s*\{\s*$", heads[-1]) if heads else None
@@ -546,7 +549,7 @@ def _tensor_maps(cuda: str, plan: dict) -> dict:
     for name, arg in zip([p.split()[-1] for p in _split_args(m.group(2))], launches[0].get("args", [])):
         if isinstance(arg, dict) and "tensormap" in arg:
             maps[name] = plan["tensormaps"][arg["tensormap"]]
-    return maps
+    return maps, launches[0]
 
 
 def _box_elements(tm: dict, start: int, coords: tuple):
@@ -587,9 +590,8 @@ def tma_epilogue_places(cuda: str, plan: dict, threads, out: str = "D", block=(0
     store's bulk group to be read before a barrier that precedes the write; such a write's register
     is placed at ``RACED`` as well."""
     ptr = tma_store_array(cuda)
-    maps = _tensor_maps(cuda, plan)
-    launch = [ln for ln in plan.get("launches", []) if ln.get("cluster")]
-    written, issued = _follow(cuda, threads, ptr, out, block, tuple(launch[0]["cluster"]) if launch else (1, 1, 1))
+    maps, launch = _tensor_maps(cuda, plan)
+    written, issued = _follow(cuda, threads, ptr, out, block, tuple(launch.get("cluster") or (1, 1, 1)))
     writes: dict = {}                  # shared element -> [(epoch, order, thread, register)]
     for t, rows in written.items():
         for order, (off, src, epoch) in enumerate(rows):
@@ -842,7 +844,8 @@ def _check_relative(cuda: str, places, out: str, plan: dict | None) -> tuple[boo
         raced = sorted(k for k, offs in regs.items() if RACED in offs)
         never = [k for k in range(start, start + n) if k not in regs]
         return False, (f"{wrong} of {places.threads * len(runs)} (thread, wgmma) pairs "
-                       f"store registers out of the shape of the wgmma fragment; thread {t}, the wgmma on {buf}[{start}] "
+                       f"store registers out of the shape of the wgmma fragment; thread {t}, the wgmma on "
+                       f"{buf}[{start}] "
                        f".. {buf}[{start + n - 1}]: {shown}" + _raced_text(raced)
                        + (f"; never stored: {', '.join(map(str, never[:6]))}" if never else ""))
     row0, col0, rows, cols = places.tile

@@ -183,7 +183,8 @@ def _unseal(e: dict):
 
 def _seal_exact(part_id: str, p) -> dict:
     return {"cols": p.cols, "regs": p.regs, "block": list(p.block), "via": p.via, "first": p.first,
-            "seals": [encode(Sealed.of(p.offsets[t], _salt(part_id, "acc", list(p.block), t))) for t in range(p.threads)]}
+            "seals": [encode(Sealed.of(p.offsets[t], _salt(part_id, "acc", list(p.block), t)))
+                      for t in range(p.threads)]}
 
 
 def seal_places(part_id: str, places: list) -> list:
