@@ -441,6 +441,18 @@ def test_the_editions_lab5_build_check_follows_the_consumers_epilogue_through_it
     assert bad[0] != "passed" and "written while a TMA store may still be reading the tile" in bad[1], bad
 
 
+def test_the_editions_lab6_build_check_follows_o_on_a_cpu(root, edition, tmp_path):
+    """Lab 6's sealed places follow O (steps 2-4; not step 5, whose packed heads make its block of O
+    no rectangle): in the edition, the reference's step 3 passes on a machine without a GPU."""
+    lab = "lab6_flash_attention"
+    table = release.record_lab(lab, progress=lambda *a: None)
+    assert {p: {e["out"] for e in entries} for p, entries in table["acc_places"].items()} == {
+        "s2_build_sm90": {"O"}, "s3_build_sm90": {"O"}, "s4_build_sm90": {"O"}}
+    pasted = _paste_reference(root, edition, lab, str(tmp_path / "pasted"))
+    verdict, message = _check_in_edition(edition, pasted, lab, ["s3_build_sm90"])["s3_build_sm90"]
+    assert verdict == "passed" and "cover the 128 x 128 tile once" in message, message
+
+
 def test_the_editions_build_check_reads_the_sealed_descriptor_tiles(root, edition, tmp_path):
     """In the edition, Lab 4's Hopper build part checks the descriptors against the sealed tiles:
     the reference passes, a B descriptor with half its LBO fails, on a machine without a GPU."""
