@@ -492,7 +492,8 @@ def test_lab5_epilogues_are_followed_through_their_tma_stores_on_a_cpu(root, edi
         'T.ptx.fence.proxy_async("shared::cta")\n                T.cuda.warpgroup_sync(CONSUMER_BAR)':
         'T.ptx.fence.proxy_async("shared::cta")',
         'T.ptx.fence.proxy_async("shared::cta")\n        T.cuda.cta_sync()\n        tr.end("epilogue")':
-        'T.ptx.fence.proxy_async("shared::cta")\n        tr.end("epilogue")'}, ["s5_build_sm90", "s7_build_sm90"], "sm_90a")
+        'T.ptx.fence.proxy_async("shared::cta")\n        tr.end("epilogue")'},
+        ["s5_build_sm90", "s7_build_sm90"], "sm_90a")
     for part_id, r in racing.items():
         assert r.verdict == report.FAILED and "written while a TMA store may still be reading the tile" in \
             r.message, (part_id, r.message)
@@ -551,3 +552,21 @@ def test_lab6_o_epilogues_keep_the_fragment_and_cover_the_block_on_a_cpu(root, e
         ["s3_build_sm90", "s4_build_sm90"], "sm_90a")
     for part_id, r in same.items():
         assert r.verdict == report.FAILED and "do not cover the 128 x 128 tile once" in r.message, (part_id, r.message)
+
+
+@pytest.mark.slow
+def test_lab5_epilogues_of_other_correct_designs_pass_on_a_cpu(root, edit, tmp_path, device):
+    """The check must not fail a correct design other than the reference's: a D tile of 32-column
+    boxes with the 64-byte swizzle (TMA descriptors of another box and swizzle mode), and step 5's
+    grid in column-major order (CTA (0, 1) then holds another tile than the reference's)."""
+    designs = {
+        "sw64": {"EPI_BOX = 64 ": "EPI_BOX = 32 ",
+                 "D_layout = mma_shared_layout(f16, SW128, (BLK_N // EPI_BOX, BLK_M, EPI_BOX))":
+                 "D_layout = mma_shared_layout(f16, SwizzleMode.SWIZZLE_64B_ATOM, (BLK_N // EPI_BOX, BLK_M, EPI_BOX))"},
+        "grid": {"bx, by = T.cta_id([TILES_M, TILES_N])": "by, bx = T.cta_id([TILES_N, TILES_M])"}}
+    for name, replace in designs.items():
+        parts = ["s5_build_sm90", "s7_build_sm90"] if name == "sw64" else ["s5_build_sm90"]
+        for part_id, r in grade_edited(root, edit, tmp_path / name, device, "lab5_gemm_pipeline", replace, parts,
+                                       "sm_90a").items():
+            assert r.verdict == report.PASSED and "cover the 128 x 128 tile once" in r.message, \
+                (name, part_id, r.message)
