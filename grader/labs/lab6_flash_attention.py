@@ -573,18 +573,18 @@ DESC_FIELDS = {f"s{step}_build_sm90": [("Q and K (K-major)", (None,) + ref_desc_
 
 def _o_places(part_id: str, rows: int, consumers: bool):
     """Where the epilogue puts each register of O (the check "wgmma_epilogue_places") in CTA (0, 0)
-    and CTA (1, 1) (query block 1 of head 1) at the part's build shape: each wgmma's registers keep
-    the fragment's shape in O, seen as rows of heads_q x head_dim elements, and together cover the
-    CTA's ``rows`` x head_dim block of its head once (which consumer holds which rows is the
-    student's). Step 2's one warpgroup stores O itself; steps 3 and 4's consumers (threads 128-383)
-    through Dsmem and TMA stores. Course grader only."""
+    and CTA (1, 1) at the part's build shape: each wgmma's registers keep the fragment's shape in O,
+    seen as rows of heads_q x head_dim elements, and together cover one ``rows`` x head_dim block
+    of one head once (which block a CTA holds, and which consumer holds which rows, are for the
+    correctness part). Step 2's one warpgroup stores O itself; steps 3 and 4's consumers (threads
+    128-383) through Dsmem and TMA stores. Course grader only."""
     from .. import spec
     from ..fragment import RelativePlaces
     p = spec.load(LAB).part(part_id).params
     cols, d = p["heads_q"] * p["head_dim"], p["head_dim"]
     first, threads, via = (128, 256, "tma_store") if consumers else (0, 128, None)
-    return [RelativePlaces(fragment_offsets(cols), cols, (rows * bx, d * by, rows, d), (bx, by, 0), via, first,
-                           threads, out="O") for bx, by in ((0, 0), (1, 1))]
+    return [RelativePlaces(fragment_offsets(cols), cols, (None, None, rows, d), (bx, by, 0), via, first, threads,
+                           out="O") for bx, by in ((0, 0), (1, 1))]
 
 
 # Step 5 packs the query heads of a KV group into one CTA's rows (its O block is not a rectangle of
