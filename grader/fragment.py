@@ -670,12 +670,13 @@ class Places:
     grader's, from the lab module): ``offsets[t][k]`` is the element of the output, as an offset
     from its start, that thread ``t`` of CTA ``block`` stores from its register ``k``; ``cols`` is the
     output's row length (for messages). The student edition holds the same answer hashed, thread
-    by thread (grader/edition/tables.py), with the same ``threads``, ``first``, ``regs``, ``cols`` and ``fits``."""
+    by thread (grader/edition/tables.py), with the same ``threads``, ``regs``, ``cols`` and ``fits``.
+    The threads are the CTA's first ones (warp-specialized kernels: see RelativePlaces)."""
+    first = 0
 
-    def __init__(self, offsets: list, cols: int, block=(0, 0, 0), via: str | None = None, first: int = 0):
+    def __init__(self, offsets: list, cols: int, block=(0, 0, 0), via: str | None = None):
         self.offsets, self.cols, self.block = [list(o) for o in offsets], cols, tuple(block)
         self.threads, self.regs = len(offsets), len(offsets[0])
-        self.first = first  # the CTA thread index of offsets[0] (warp-specialized kernels: a consumer's first)
         self.via = via      # None: stored into the output; "tma_store": through the tile TMA stores read
 
     def fits(self, thread: int, got: list) -> bool:
@@ -727,9 +728,30 @@ def _followed(cuda: str, places, out: str, plan: dict | None):
     return threads, stored, buffers.pop()
 
 
-def _raced_text(raced: list) -> str:
-    return (f"; written while a TMA store may still be reading the tile (no barrier after the store's issue, or no "
-            f"wait for its bulk group before that barrier): {', '.join(map(str, raced[:6]))}" if raced else "")
+def _by_register(stored: dict, threads) -> dict:
+    """{thread: {register: [offsets it is stored at]}}."""
+    by_reg = {t: {} for t in threads}
+    for t in threads:
+        for off, (_, k) in stored[t]:
+            by_reg[t].setdefault(k, []).append(off)
+    return by_reg
+
+
+def _faults(regs: dict, ks, buf: str, out: str, cols: int, via: str = "") -> str:
+    """Where registers ``ks`` of one thread (``regs``: register -> offsets) went (``via`` says how),
+    and what went wrong."""
+    raced = [k for k in ks if RACED in regs.get(k, ())]
+    placed = {k: [o for o in regs.get(k, ()) if o != RACED] for k in ks}
+    twice = [k for k in ks if len(placed[k]) > 1]
+    never = [k for k in ks if not placed[k]]
+    shown = ", ".join(f"{buf}[{k}] -> {out}[{placed[k][0] // cols}][{placed[k][0] % cols}]"
+                      for k in [k for k in ks if len(placed[k]) == 1][:4])
+
+    def said(what, ks):
+        return f"; {what}: {', '.join(map(str, ks[:6]))}{' ...' if len(ks) > 6 else ''}" if ks else ""
+    return shown + via + said("written while a TMA store may still be reading the tile (no barrier after the store's "
+                        "issue, or no wait for its bulk group before that barrier)", raced) \
+        + said("stored twice", twice) + said("never stored", never)
 
 
 def _check_block(cuda: str, places, out: str, plan: dict | None) -> tuple[bool | None, str]:
@@ -739,17 +761,11 @@ def _check_block(cuda: str, places, out: str, plan: dict | None) -> tuple[bool |
     threads, stored, buf = _followed(cuda, places, out, plan)
     if threads is None:
         return stored, buf
-    buffers = {buf}
     try:
-        orders = _orders(wgmma_blocks(cuda, next(iter(buffers))), places.regs)
+        orders = _orders(wgmma_blocks(cuda, buf), places.regs)
     except Unknown as e:
         return None, f"not checked ({e})"
-    by_reg = []                         # per thread: {register: [offsets it is stored at]}
-    for t in threads:
-        regs: dict = {}
-        for off, (_, k) in stored[t]:
-            regs.setdefault(k, []).append(off)
-        by_reg.append(regs)
+    by_reg = list(_by_register(stored, threads).values())
     best = None
     for canonical in orders:
         wrong, first = [], None
@@ -765,24 +781,12 @@ def _check_block(cuda: str, places, out: str, plan: dict | None) -> tuple[bool |
         if best is None or len(wrong) < len(best[0]):
             best = (wrong, first)
     wrong, first = best
-    (buf,) = buffers
     if not wrong:
         return True, f"each of {places.threads} threads stores its {places.regs} registers of {buf} in place"
     t, regs = first
-    t += places.first
-    raced = sorted(k for k, offs in regs.items() if RACED in offs)
-    regs = {k: [o for o in offs if o != RACED] for k, offs in regs.items()}
-    regs = {k: offs for k, offs in regs.items() if offs}
-    twice = sorted(k for k, offs in regs.items() if len(offs) > 1)
-    never = [k for k in range(places.regs) if k not in regs]
-    shown = ", ".join(f"{buf}[{k}] -> {out}[{regs[k][0] // places.cols}][{regs[k][0] % places.cols}]"
-                      for k in sorted(regs)[:4] if len(regs[k]) == 1)
-    if places.via == "tma_store":
-        shown += " (through the shared tile and its TMA stores)"
-    extra = _raced_text(raced) + (f"; stored twice: {', '.join(map(str, twice[:6]))}" if twice else "") + \
-            (f"; never stored: {', '.join(map(str, never[:6]))}{' ...' if len(never) > 6 else ''}" if never else "")
+    via = " (through the shared tile and its TMA stores)" if places.via == "tma_store" else ""
     return False, (f"{len(wrong)} of {places.threads} threads store registers where the wgmma accumulator does not "
-                   f"hold them; thread {t} stores {shown}{extra}")
+                   f"hold them; thread {t} stores " + _faults(regs, range(places.regs), buf, out, places.cols, via))
 
 
 class RelativePlaces:
@@ -819,10 +823,7 @@ def _check_relative(cuda: str, places, out: str, plan: dict | None) -> tuple[boo
         return None, f"not checked ({e})"
     if not runs or len({n for _, n in runs}) != 1 or runs[0][1] not in places.rel:
         return None, "not checked (the wgmmas' accumulator runs are not of one fragment size the check knows)"
-    by_reg = {t: {} for t in threads}
-    for t in threads:
-        for off, (_, k) in stored[t]:
-            by_reg[t].setdefault(k, []).append(off)
+    by_reg = _by_register(stored, threads)
     wrong, first = 0, None
     for w in range(places.threads // places.group):
         lead = places.first + w * places.group
@@ -839,15 +840,10 @@ def _check_relative(cuda: str, places, out: str, plan: dict | None) -> tuple[boo
                         first = (lead + i, start, n, regs)
     if first:
         t, start, n, regs = first
-        shown = ", ".join(f"{buf}[{k}] -> {out}[{regs[k][0] // places.cols}][{regs[k][0] % places.cols}]"
-                          for k in range(start, start + min(n, 4)) if len(regs.get(k, [])) == 1 and regs[k][0] != RACED)
-        raced = sorted(k for k, offs in regs.items() if RACED in offs)
-        never = [k for k in range(start, start + n) if k not in regs]
-        return False, (f"{wrong} of {places.threads * len(runs)} (thread, wgmma) pairs "
-                       f"store registers out of the shape of the wgmma fragment; thread {t}, the wgmma on "
-                       f"{buf}[{start}] "
-                       f".. {buf}[{start + n - 1}]: {shown}" + _raced_text(raced)
-                       + (f"; never stored: {', '.join(map(str, never[:6]))}" if never else ""))
+        return False, (f"{wrong} of {places.threads * len(runs)} (thread, wgmma) pairs store registers out of the "
+                       f"shape of the wgmma fragment; thread {t}, the wgmma on {buf}[{start}] .. "
+                       f"{buf}[{start + n - 1}]: "
+                       + _faults(regs, range(start, start + n), buf, out, places.cols))
     row0, col0, rows, cols = places.tile
     got = sorted(off for t in threads for offs in by_reg[t].values() for off in offs)
     if row0 is None:                    # which tile the CTA holds is the kernel's: the block it starts

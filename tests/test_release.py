@@ -404,7 +404,7 @@ def test_the_editions_build_check_reads_the_sealed_accumulator_places(root, edit
     assert set(table["acc_places"]) == {f"s{s}_build_sm90" for s in (1, 2, 3, 4)}
     for entries in table["acc_places"].values():    # hashes and salts only: no offset in the table
         for entry in entries:
-            assert set(entry) == {"cols", "regs", "block", "via", "first", "seals"} and len(entry["seals"]) == 128
+            assert set(entry) == {"cols", "regs", "block", "via", "seals"} and len(entry["seals"]) == 128
             assert all(set(seal) == {"__sealed__", "salt"} for seal in entry["seals"])
     pasted = _paste_reference(root, edition, lab, str(tmp_path / "pasted"))
     checked = _check_in_edition(edition, pasted, lab, ["s1_build_sm90", "s4_build_sm90"])

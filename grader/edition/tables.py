@@ -144,9 +144,11 @@ class SealedPlaces:
     the edition holds them: each thread's list of output offsets hashed, so that ``fits(thread,
     got)`` tells right from wrong without the table holding the fragment."""
 
-    def __init__(self, cols: int, regs: int, seals: list, block=(0, 0, 0), via: str | None = None, first: int = 0):
+    first = 0
+
+    def __init__(self, cols: int, regs: int, seals: list, block=(0, 0, 0), via: str | None = None):
         self.cols, self.regs, self.seals, self.block, self.via = cols, regs, seals, tuple(block), via
-        self.threads, self.first = len(seals), first
+        self.threads = len(seals)
 
     def fits(self, thread: int, got: list) -> bool:
         return self.seals[thread].matches(got)
@@ -178,11 +180,11 @@ def _unseal(e: dict):
     if e.get("kind") == "relative":
         return SealedRelativePlaces(e["cols"], e["tile"], {n: [decode(s) for s in v] for n, v in e["seals"].items()},
                                     e["block"], e["via"], e["first"], e["threads"], e["group"], e["out"])
-    return SealedPlaces(e["cols"], e["regs"], [decode(s) for s in e["seals"]], e["block"], e["via"], e["first"])
+    return SealedPlaces(e["cols"], e["regs"], [decode(s) for s in e["seals"]], e["block"], e["via"])
 
 
 def _seal_exact(part_id: str, p) -> dict:
-    return {"cols": p.cols, "regs": p.regs, "block": list(p.block), "via": p.via, "first": p.first,
+    return {"cols": p.cols, "regs": p.regs, "block": list(p.block), "via": p.via,
             "seals": [encode(Sealed.of(p.offsets[t], _salt(part_id, "acc", list(p.block), t)))
                       for t in range(p.threads)]}
 

@@ -272,33 +272,40 @@ def _tile_coord(thread: int, k: int) -> tuple[int, int]:
     return 64 * (k // 64) + row, col
 
 
-def acc_places(lab: str, part_id: str, blocks=((0, 0),), via: str | None = None, first: int = 0):
+def _acc_places(part_id: str, blocks=((0, 0),), via: str | None = None):
     """Where the epilogue of CTA (bx, by) of ``blocks`` stores each accumulator register (the check
-    "wgmma_epilogue_places"): tile element (row, col) of register k of the warpgroup whose first
-    thread is ``first`` is D[128 bx + row][128 by + col], at the part's build shape (bx selects rows,
-    by columns, as step 3 is taught). ``via="tma_store"``: the epilogue writes a shared tile and
-    TMA-stores it, and the check follows the tile through the stores' boxes, swizzle and
-    coordinates (whatever layout the kernel gives its tile). Course grader only, as DESC_FIELDS."""
+    "wgmma_epilogue_places"): tile element (row, col) of register k is D[128 bx + row][128 by + col],
+    at the part's build shape (bx selects rows, by columns, as step 3 is taught). ``via="tma_store"``:
+    the epilogue writes a shared tile and TMA-stores it, and the check follows the tile through the
+    stores' boxes, swizzle and coordinates (whatever layout the kernel gives its tile). Course
+    grader only, as DESC_FIELDS."""
     from .. import spec
     from ..fragment import Places
-    cols = spec.load(lab).part(part_id).params["N"]
+    cols = spec.load(LAB).part(part_id).params["N"]
     coord = [[_tile_coord(t, k) for k in range(128)] for t in range(128)]
-    return [Places([[(128 * bx + r) * cols + 128 * by + c for r, c in regs] for regs in coord], cols, (bx, by, 0), via,
-                   first) for bx, by in blocks]
+    return [Places([[(128 * bx + r) * cols + 128 * by + c for r, c in regs] for regs in coord], cols, (bx, by, 0), via)
+            for bx, by in blocks]
 
 
-def fragment_offsets(cols: int) -> dict:
-    """{n: per thread, the output offset (rows of ``cols`` elements) of each register k < n of an
-    m64 x 2n wgmma fragment, from register 0 of thread 0} (fragment.RelativePlaces), for the
-    widths n64, n128 and n256. Course grader only, as DESC_FIELDS."""
-    return {n: [[r * cols + c for r, c in (ref_acc_coord(t, k) for k in range(n))] for t in range(128)]
-            for n in (32, 64, 128)}
+def relative_places(cols: int, tile, blocks=((0, 0),), via: str | None = None, first: int = 0, threads: int = 128,
+                    out: str = "D"):
+    """fragment.RelativePlaces of CTAs ``blocks`` for kernels whose design (grid order, tile
+    schedule, which warpgroup holds which rows) is the student's: per wgmma width n64, n128 and
+    n256, the output offset (rows of ``cols`` elements) of each register k < n of thread t of the
+    fragment, from register 0 of thread 0; the warpgroups from thread ``first``, ``threads`` in
+    all, cover one (rows, cols) ``tile`` of ``out`` once, wherever it lies. Course grader only (Labs 5
+    and 6), as DESC_FIELDS."""
+    from ..fragment import RelativePlaces
+    rel = {n: [[r * cols + c for r, c in (ref_acc_coord(t, k) for k in range(n))] for t in range(128)]
+           for n in (32, 64, 128)}
+    return [RelativePlaces(rel, cols, (None, None, *tile), (bx, by, 0), via, first, threads, out=out)
+            for bx, by in blocks]
 
 
 # a CTA away from the origin shows its offsets too (256 x 384: 2 x 3 tiles)
-ACC_PLACES = {"s1_build_sm90": acc_places(LAB, "s1_build_sm90"), "s2_build_sm90": acc_places(LAB, "s2_build_sm90"),
-              "s3_build_sm90": acc_places(LAB, "s3_build_sm90", ((0, 0), (1, 2))),
-              "s4_build_sm90": acc_places(LAB, "s4_build_sm90", ((0, 0), (1, 2)), via="tma_store")}
+ACC_PLACES = {"s1_build_sm90": _acc_places("s1_build_sm90"), "s2_build_sm90": _acc_places("s2_build_sm90"),
+              "s3_build_sm90": _acc_places("s3_build_sm90", ((0, 0), (1, 2))),
+              "s4_build_sm90": _acc_places("s4_build_sm90", ((0, 0), (1, 2)), via="tma_store")}
 
 GRADERS = {
     "sass_hazard": build_checks.accumulator_hazard,

@@ -45,7 +45,7 @@ from __future__ import annotations
 from .. import grading, inputs
 from ..context import Context
 from . import build_checks
-from .lab4_gemm import fragment_offsets, ref_desc_fields
+from .lab4_gemm import ref_desc_fields, relative_places
 
 LAB = "lab5_gemm_pipeline"
 
@@ -341,10 +341,7 @@ DESC_FIELDS = {f"s{step}_build_sm90": [("A and B (K-major)", (None,) + ref_desc_
 # Course grader only.
 def _places(part_id: str, tile_n: int, first: int, threads: int, blocks=((0, 0),)):
     from .. import spec
-    from ..fragment import RelativePlaces
-    cols = spec.load(LAB).part(part_id).params["N"]
-    return [RelativePlaces(fragment_offsets(cols), cols, (None, None, 128, tile_n), (bx, by, 0), "tma_store", first,
-                           threads) for bx, by in blocks]
+    return relative_places(spec.load(LAB).part(part_id).params["N"], (128, tile_n), blocks, "tma_store", first, threads)
 
 
 ACC_PLACES = {"s5_build_sm90": _places("s5_build_sm90", 128, 0, 128, ((0, 0), (0, 1))),

@@ -52,7 +52,7 @@ import torch
 
 from .. import compare, grading, inputs, problems
 from ..context import Context, Outcome
-from .lab4_gemm import fragment_offsets, ref_desc_fields, ref_desc_fields_mn
+from .lab4_gemm import ref_desc_fields, ref_desc_fields_mn, relative_places
 
 LAB = "lab6_flash_attention"
 LN2 = math.log(2.0)
@@ -579,12 +579,10 @@ def _o_places(part_id: str, rows: int, consumers: bool):
     correctness part). Step 2's one warpgroup stores O itself; steps 3 and 4's consumers (threads
     128-383) through Dsmem and TMA stores. Course grader only."""
     from .. import spec
-    from ..fragment import RelativePlaces
     p = spec.load(LAB).part(part_id).params
-    cols, d = p["heads_q"] * p["head_dim"], p["head_dim"]
     first, threads, via = (128, 256, "tma_store") if consumers else (0, 128, None)
-    return [RelativePlaces(fragment_offsets(cols), cols, (None, None, rows, d), (bx, by, 0), via, first, threads,
-                           out="O") for bx, by in ((0, 0), (1, 1))]
+    return relative_places(p["heads_q"] * p["head_dim"], (rows, p["head_dim"]), ((0, 0), (1, 1)), via, first, threads,
+                           out="O")
 
 
 # Step 5 packs the query heads of a KV group into one CTA's rows (its O block is not a rectangle of

@@ -260,12 +260,19 @@ def test_a_malformed_launch_plan_is_not_checked_and_raises_nothing(bad):
 
 
 def test_a_consumer_warpgroups_threads_are_followed_from_its_first_thread():
-    later = fragment.Places(ROWS.offsets, cols=16, via="tma_store", first=128)
+    """Warp-specialized kernels (RelativePlaces): the warpgroup holding the accumulator starts at
+    thread 128; its one wgmma names registers 0..15, and thread t's register k belongs k columns
+    and t rows from thread 0's register 0."""
+    wgmma = ("  ptx_wgmma_mma_async_ss_64x32x16_float16_float32(" + ", ".join(f"acc_ptr[{k}]" for k in range(16))
+             + ", desc_a_ptr[0], desc_b_ptr[0], (bool)1);\n")
+    later = fragment.RelativePlaces({16: ROWS.offsets}, 16, (None, None, 8, 16), via="tma_store", first=128,
+                                    threads=8, group=8)
     src = _tma_kernel(SWIZZLED, _tma_store(512, "0").replace("((int)threadIdx.x) == 0", "((int)threadIdx.x) == 128"),
-                      first=128)
+                      first=128).replace("  half pair_ptr[2];\n", "  half pair_ptr[2];\n" + wgmma)
     ok, msg = fragment.check_places(src, later, plan=ONE_BOX)
     assert ok is True, msg
-    assert fragment.check_places(src, ROWS, plan=ONE_BOX)[0] is not True      # threads 0..7 store nothing there
+    from_0 = fragment.RelativePlaces({16: ROWS.offsets}, 16, (None, None, 8, 16), via="tma_store", threads=8, group=8)
+    assert fragment.check_places(src, from_0, plan=ONE_BOX)[0] is not True      # threads 0..7 store nothing there
 
 
 def test_tma_stores_the_reader_cannot_follow_are_not_checked():
