@@ -246,10 +246,15 @@ class Problem:
             out[op.name] = t
         return out
 
-    def make_outputs(self, shape, device: str) -> dict[str, torch.Tensor]:
-        """Output buffers filled with NaN, so that every element left unwritten shows up."""
-        return {op.name: torch.full(tuple(op.dims(shape)), float("nan"), dtype=op.dtype, device=device)
-                for op in self.outputs}
+    def make_outputs(self, shape, device: str, guarded: bool = False) -> dict[str, torch.Tensor]:
+        """Output buffers filled with NaN, so that every element left unwritten shows up; with
+        ``guarded``, each lies between two guard bands (``guarded_empty``) that ``outside_writes``
+        reads after the call."""
+        make = guarded_empty if guarded else (lambda dims, dtype, dev: torch.empty(dims, dtype=dtype, device=dev))
+        outs = {op.name: make(tuple(op.dims(shape)), op.dtype, device) for op in self.outputs}
+        for t in outs.values():
+            t.fill_(float("nan"))
+        return outs
 
     def draw_scalars(self, lab: str, part: str, seed: int, case: int) -> dict[str, float]:
         if not self.scalars:
@@ -260,6 +265,52 @@ class Problem:
     def args(self, tensors: dict[str, torch.Tensor], scalars: dict[str, float]) -> list:
         """The kernel's arguments in call order."""
         return [tensors[a] if a in tensors else scalars[a] for a in self.call]
+
+
+# ---------------------------------------------------------------- writes outside an output
+#
+# A kernel whose edge tiles are not clipped (a row past M, a column chunk past N) stores past the
+# end of its output. Past the last row that is memory the kernel was not given: it can fault,
+# land in another tensor, or land nowhere anyone looks. Correctness cases therefore hand the
+# kernel each output as a view into a larger buffer whose GUARD_BYTES before and after it hold
+# the byte GUARD_BYTE, and read those bands back after the call.
+
+GUARD_BYTES = 1 << 18          # per side; a multiple of 1024, so the output keeps its alignment
+GUARD_BYTE = 0xA5
+
+
+def guarded_empty(dims, dtype: torch.dtype, device: str) -> torch.Tensor:
+    """An uninitialised tensor of ``dims`` inside a buffer with a guard band on either side."""
+    n = math.prod(dims)
+    size = torch.empty((), dtype=dtype).element_size()
+    pad = GUARD_BYTES // size
+    buf = torch.empty(2 * pad + n, dtype=dtype, device=device)
+    buf.view(torch.uint8).fill_(GUARD_BYTE)
+    out = buf[pad:pad + n].view(dims)
+    out._grader_guard = (buf, pad)
+    return out
+
+
+def outside_writes(name: str, out: torch.Tensor) -> str | None:
+    """What a call wrote in the guard bands around ``out`` (made by ``guarded_empty``), or None."""
+    guard = getattr(out, "_grader_guard", None)
+    if guard is None:
+        return None
+    buf, pad = guard
+    raw = buf.view(torch.uint8)
+    band = pad * buf.element_size()
+    before = (raw[:band] != GUARD_BYTE).nonzero().flatten()
+    after = (raw[raw.numel() - band:] != GUARD_BYTE).nonzero().flatten()
+    said = []
+    if before.numel():
+        said.append(f"{before.numel()} bytes before its start changed (the nearest at byte "
+                    f"-{band - int(before[-1])})")
+    if after.numel():
+        said.append(f"{after.numel()} bytes after its end changed (the first at byte +{int(after[0])} past the end)")
+    if not said:
+        return None
+    return (f"the kernel wrote outside its output {name}: " + "; ".join(said) + " (of the " +
+            f"{GUARD_BYTES} watched on each side; e.g. a store with no bound in an edge tile)")
 
 
 def _plain(v):

@@ -183,6 +183,10 @@ def check(problem: problems.Problem, outs: dict[str, torch.Tensor], ref: dict[st
             bad.append(c.message)
             if on_mismatch is not None and tuple(got.shape) == tuple(ref[op.name].shape):
                 on_mismatch(what, got, ref[op.name], tol[op.name])
+    for op in problem.outputs:
+        stray = problems.outside_writes(op.name, outs[op.name])
+        if stray:
+            bad.append(f"{stray} ({label})")
     for name, t in (given or {}).items():
         if not torch.equal(t, originals[name]):
             bad.append(f"the kernel wrote into its input {name} ({label})")
@@ -245,7 +249,7 @@ def correctness(module, ctx: Context, env: Env | None = None) -> Outcome:
         ins = prob.make_inputs(lab, part, shape, ctx.seed, i, env.device)
         scalars = prob.draw_scalars(lab, part, ctx.seed, i)
         given = {k: t.clone() for k, t in ins.items()}
-        outs = prob.make_outputs(shape, env.device)
+        outs = prob.make_outputs(shape, env.device, guarded=True)
         ref, tol = frozen(prob.reference(ins, scalars, shape)), prob.tolerance(shape, ins)
         _run(prob, ex, {**given, **outs}, scalars, env)
         label = prob.describe(shape) + _scalar_text(scalars)

@@ -534,3 +534,58 @@ def test_the_fragment_is_taught_on_mma_sync_and_wgmma_s_arrangement_is_part_a():
         assert "m16n8k16" in texts[where], where
     student = transfer_text.visible(transfer_text.cells(LAB, "assignments"))
     assert "16 * warp" not in student and "def wgmma_acc_coord(" in student
+
+
+# ---------------------------------------------------------------- step 3: the edge tiles are the student's
+
+EDGE_QUESTIONS = ("What is the grid's extent in terms of $M$ and $N$ when neither is a multiple of 128",
+                  "So must those parts of the tiles be zeros, or may they be anything read from inside the matrix?",
+                  "Which 16-byte chunks of the A tile and of the B tile does each of the 128 threads copy",
+                  "Which stores of the epilogue need a bound, and at which granularity")
+
+
+def check_step3_asks_for_the_edge_tiles(root=ROOT):
+    """The graded step 3 takes ragged M and N; the lecture teaches edge tiles on a column sum, where
+    the answer differs, and asks the GEMM's questions; the skeleton leaves the grid's extent open."""
+    import tomllib
+    with open(os.path.join(root, "grader", "specs", f"{LAB}.toml"), "rb") as f:
+        parts = {p["id"]: p for p in tomllib.load(f)["parts"]}
+    params = parts["s3_correct"]["params"]
+    shapes = params["public_shapes"]
+    assert any(m % 128 for m, _, _ in shapes) and any(n % 128 for _, n, _ in shapes), shapes
+    assert any(m < 128 and n < 128 for m, n, _ in shapes), shapes               # smaller than one tile
+    assert params["granule"][0] % 128 and params["granule"][1] % 128, params["granule"]
+    lecture = transfer_text.lecture(LAB, root)
+    step3 = lecture[lecture.index("## Step 3: a grid of CTAs"):lecture.index("## Step 4: TMA")]
+    assert "### Edge tiles, on another kernel" in step3 and "only zeros are right" in transfer_text.flat(step3)
+    section = transfer_text.flat(lecture[lecture.index("### What you work out yourself"):])
+    for question in EDGE_QUESTIONS:
+        assert question in section, question
+    skeleton = _graded_kernels(root, "assignments")
+    for name in ("hopper_step3", "blackwell_step3"):
+        code = skeleton[name]
+        given = code[:code.index("# YOUR CODE HERE")]
+        assert "M % BLK_M" not in given and "N % BLK_N" not in given, name      # ragged shapes are taken
+        assert "T.cta_id([GRID_M, GRID_N])" in code and "GRID_M =" not in code and "// BLK_M" not in code, name
+        assert "Tx.cta.copy" not in code and "T.min(" not in code, name
+
+
+def test_step3_asks_for_the_edge_tiles():
+    check_step3_asks_for_the_edge_tiles()
+
+
+def test_the_edge_tile_check_fails_on_each_part_of_the_whole_tile_step3(tmp_path):
+    """Step 3 as it was (whole tiles only, the grid given): the old spec, the old lecture or the
+    old skeleton, each put back alone beside the new others, fails the check."""
+    paths = (f"lectures/{LAB}/index.md", f"assignments/{LAB}/{LAB}.ipynb", f"grader/specs/{LAB}.toml")
+    for old_path in paths:
+        root = tmp_path / os.path.basename(old_path)
+        for path in paths:
+            os.makedirs(root / os.path.dirname(path), exist_ok=True)
+            if path == old_path:
+                (root / path).write_text(transfer_text.old_text("20d6773", path))
+            else:
+                with open(os.path.join(ROOT, path)) as f:
+                    (root / path).write_text(f.read())
+        with pytest.raises(AssertionError):
+            check_step3_asks_for_the_edge_tiles(str(root))

@@ -410,6 +410,45 @@ def test_correctness_runner_catches_a_kernel_that_writes_its_input():
     assert out.fraction == 0.0 and "wrote into its input y" in out.message
 
 
+def _edge_gemm(overrun_rows=0, overrun_cols=0):
+    """A stand-in for Lab 4's step 3 on a ragged shape: D = A @ B over whole 128 x 128 tiles, the
+    edge tiles stored as far as the tile reaches (``overrun_*``: how far past D's last row or
+    column an unclipped store of the tile writes, in the flat memory D lies in)."""
+    def build(m, n, k):
+        def ex(a, b, d):
+            d.copy_((a.float() @ b.float()).half())
+            flat = torch.as_strided(d, (d.numel() + overrun_rows * n,), (1,), d.storage_offset())
+            if overrun_rows:
+                flat[d.numel():] = 1.0                        # rows past M: after D's end
+            if overrun_cols:
+                torch.as_strided(d, (1,), (1,), d.storage_offset() - overrun_cols).fill_(1.0)
+        return ex
+    return build
+
+
+def test_correctness_runner_catches_a_kernel_that_stores_past_its_output():
+    """Lab 4's step 3 takes ragged M and N: an edge tile's rows past M, stored without a bound, lie
+    past the end of D, where no element of D shows them; the guard bands around D do."""
+    ctx = context("lab4_gemm", "s3_correct", params={"public_shapes": [[200, 328, 64]]}, public_only=True)
+    right = runners.correctness(module(hopper_step3=_edge_gemm()), ctx, cpu_env())
+    assert right.fraction == 1.0, right.message
+    past = runners.correctness(module(hopper_step3=_edge_gemm(overrun_rows=56)), ctx, cpu_env())
+    assert past.fraction == 0.0
+    assert "wrote outside its output D: 36736 bytes after its end changed (the first at byte +0" in past.message, \
+        past.message
+    before = runners.correctness(module(hopper_step3=_edge_gemm(overrun_cols=8)), ctx, cpu_env())
+    assert before.fraction == 0.0 and "bytes before its start changed (the nearest at byte -15)" in before.message, \
+        before.message
+
+
+def test_the_guard_bands_keep_an_output_contiguous_and_aligned():
+    d = problems.guarded_empty((200, 328), torch.float16, "cpu")
+    assert d.is_contiguous() and d.shape == (200, 328) and d.data_ptr() % 1024 == d._grader_guard[0].data_ptr() % 1024
+    d.fill_(0)
+    assert problems.outside_writes("D", d) is None
+    assert problems.outside_writes("D", torch.zeros(3)) is None      # an output made without bands
+
+
 def test_correctness_runner_grades_every_builder_of_a_list():
     def right(m, n):
         return lambda a, b: b.copy_(a.t())
