@@ -2,6 +2,7 @@
 threads that read together on another problem (fp32 row sums over 256-byte rows, read a chunk
 column at a time) instead of the graded fp16 transpose, says what the transpose leaves to the
 student, and the notebook states the transpose's contract without its index maps."""
+import os
 import re
 
 import pytest
@@ -205,7 +206,7 @@ QUESTIONS_AB = ("which bits of the chunk index does the XOR flip, and which bits
                 "how many elements does a step of each of the four pieces of `layout_tiled` skip",
                 "Which `per_element`, `swizzle_len` and `atom_len` make `ComposeLayout` equal",
                 "Which `atom_len` makes the key the 128-byte line index?",
-                "which axis and stride does each piece get?", "Why can the row index not stay one piece",
+                "which axis and stride does each piece get?", "which index must split here, and why is one piece not enough",
                 "describe `layout_warpgroup_rows(cols)`?", "which piece moves along `TLane`, by how much?",
                 "which tile element does thread `t` access",
                 "Why is one gather step 8-way conflicted under the same swizzle?",
@@ -333,3 +334,30 @@ def test_the_worked_cases_are_right():
     for r, c in ((0, 0), (5, 3), (63, 127), (17, 90)):
         assert lab3.evaluate(by_cols, r, c, (64, 128)) == lab3._nonzero({"tid_in_wg": c, "m": r})
         assert lab3.evaluate(transposed, r, c, (64, 128)) == lab3._nonzero({"TLane": c, "TCol": r})
+
+
+def check_no_code_cell_prints_a_graded_layout(root=transfer_text.ROOT):
+    """The notebook's own cells print no layout that a graded part asks for: the swizzle numbers
+    of `layout_swizzled` (a ComposeLayout printed whole) and the tiled 8 x 8 layout of
+    `layout_tiled` (a student trial read both off the printed output)."""
+    for folder in ("solutions", "assignments"):
+        code = [transfer_text.source(c) for c in transfer_text.cells(LAB, folder, root) if c["cell_type"] == "code"]
+        prints = [ln.strip() for cell in code for ln in cell.splitlines() if ln.strip().startswith("print(")]
+        for ln in prints:
+            assert not ("mma_shared_layout(" in ln and not ln.endswith(".tile_layout)")), ln
+            assert ln != "print(tiled)", ln
+
+
+def test_no_code_cell_prints_a_graded_layout():
+    check_no_code_cell_prints_a_graded_layout()
+
+
+def test_the_print_check_fails_on_the_notebook_that_printed_them(tmp_path):
+    path = f"assignments/{LAB}/{LAB}.ipynb"
+    os.makedirs(tmp_path / "assignments" / LAB)
+    (tmp_path / path).write_text(transfer_text.old_text("7872a59", path))
+    os.makedirs(tmp_path / "solutions" / LAB)
+    with open(os.path.join(transfer_text.ROOT, "solutions", LAB, f"{LAB}.ipynb")) as f:
+        (tmp_path / "solutions" / LAB / f"{LAB}.ipynb").write_text(f.read())
+    with pytest.raises(AssertionError):
+        check_no_code_cell_prints_a_graded_layout(str(tmp_path))

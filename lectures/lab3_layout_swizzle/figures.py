@@ -125,7 +125,7 @@ def fig_transpose_gather(path):
     """Bank groups of one gather step of the transpose kernel under three layouts."""
     layouts = [("row-major", lambda r, c: ref_row_major(r, c, (64, 64))),
                ("128-byte swizzle", lambda r, c: ref_swizzled(r, c, (64, 64), 2, 128)),
-               ("rows interleaved, then 128-byte swizzle", ref_transpose_offset)]
+               ("a layout built for this pattern", ref_transpose_offset)]
     fig, axes = plt.subplots(1, 3, figsize=(10, 3.3), dpi=130)
     for ax, (name, fn) in zip(axes, layouts):
         addrs = ref_addresses_gather(fn, 0, 3)
