@@ -671,13 +671,16 @@ class Places:
     from its start, that thread ``t`` of CTA ``block`` stores from its register ``k``; ``cols`` is the
     output's row length (for messages). The student edition holds the same answer hashed, thread
     by thread (grader/edition/tables.py), with the same ``threads``, ``regs``, ``cols`` and ``fits``.
-    The threads are the CTA's first ones (warp-specialized kernels: see RelativePlaces)."""
+    The threads are the CTA's first ones (warp-specialized kernels: see RelativePlaces). An edge
+    tile's registers whose elements lie outside the output have the offset None (never stored);
+    ``size``, the output's element count, lets a store past its end be named as such."""
     first = 0
 
-    def __init__(self, offsets: list, cols: int, block=(0, 0, 0), via: str | None = None):
+    def __init__(self, offsets: list, cols: int, block=(0, 0, 0), via: str | None = None, size: int | None = None):
         self.offsets, self.cols, self.block = [list(o) for o in offsets], cols, tuple(block)
         self.threads, self.regs = len(offsets), len(offsets[0])
         self.via = via      # None: stored into the output; "tma_store": through the tile TMA stores read
+        self.size = size
 
     def fits(self, thread: int, got: list) -> bool:
         return got == self.offsets[thread]
@@ -766,6 +769,16 @@ def _check_block(cuda: str, places, out: str, plan: dict | None) -> tuple[bool |
     except Unknown as e:
         return None, f"not checked ({e})"
     by_reg = list(_by_register(stored, threads).values())
+    size = getattr(places, "size", None)
+    if size is not None:
+        past = [(t, k, o) for t, regs in enumerate(by_reg) for k, offs in regs.items() for o in offs
+                if o != RACED and not 0 <= o < size]
+        if past:
+            t, k, o = past[0]
+            return False, (f"{len({t for t, _, _ in past})} of {places.threads} threads store registers outside "
+                           f"{out} ({size // places.cols} rows of {places.cols}); thread {t} stores {buf}[{k}] at "
+                           f"{out}[{o // places.cols}][{o % places.cols}], past its last row: an edge tile's "
+                           "store needs a bound")
     best = None
     for canonical in orders:
         wrong, first = [], None
@@ -782,6 +795,10 @@ def _check_block(cuda: str, places, out: str, plan: dict | None) -> tuple[bool |
             best = (wrong, first)
     wrong, first = best
     if not wrong:
+        kept = sum(1 for regs in by_reg for k in range(places.regs) if not regs.get(k))
+        if kept:
+            return True, (f"each of {places.threads} threads stores its registers of {buf} in place, and the "
+                          f"{kept} registers of elements outside {out} (an edge tile) nowhere")
         return True, f"each of {places.threads} threads stores its {places.regs} registers of {buf} in place"
     t, regs = first
     via = " (through the shared tile and its TMA stores)" if places.via == "tma_store" else ""

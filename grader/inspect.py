@@ -387,6 +387,9 @@ def _epilogue_places(m: Mechanism, texts: dict) -> CheckResult:
     ok, said = fragment.check_places(cuda, places, plan=texts.get("plan"))
     if ok is None:
         return CheckResult(m.name, True, 0, f"{m.description}: {said}")
+    if not ok and "store needs a bound" in said:        # an edge tile stored past the output's end
+        return CheckResult(m.name, False, 0, f"{m.description}: WRONG ({said}; on a GPU such a kernel writes memory "
+                                             "it was not given)")
     if not ok:
         return CheckResult(m.name, False, 0, (
             f"{m.description}: WRONG ({said}. The wgmma accumulator fragment, Lab 4's part a mapping "

@@ -146,9 +146,10 @@ class SealedPlaces:
 
     first = 0
 
-    def __init__(self, cols: int, regs: int, seals: list, block=(0, 0, 0), via: str | None = None):
+    def __init__(self, cols: int, regs: int, seals: list, block=(0, 0, 0), via: str | None = None,
+                 size: int | None = None):
         self.cols, self.regs, self.seals, self.block, self.via = cols, regs, seals, tuple(block), via
-        self.threads = len(seals)
+        self.threads, self.size = len(seals), size
 
     def fits(self, thread: int, got: list) -> bool:
         return self.seals[thread].matches(got)
@@ -180,11 +181,11 @@ def _unseal(e: dict):
     if e.get("kind") == "relative":
         return SealedRelativePlaces(e["cols"], e["tile"], {n: [decode(s) for s in v] for n, v in e["seals"].items()},
                                     e["block"], e["via"], e["first"], e["threads"], e["group"], e["out"])
-    return SealedPlaces(e["cols"], e["regs"], [decode(s) for s in e["seals"]], e["block"], e["via"])
+    return SealedPlaces(e["cols"], e["regs"], [decode(s) for s in e["seals"]], e["block"], e["via"], e.get("size"))
 
 
 def _seal_exact(part_id: str, p) -> dict:
-    return {"cols": p.cols, "regs": p.regs, "block": list(p.block), "via": p.via,
+    return {"cols": p.cols, "regs": p.regs, "block": list(p.block), "via": p.via, "size": p.size,
             "seals": [encode(Sealed.of(p.offsets[t], _salt(part_id, "acc", list(p.block), t)))
                       for t in range(p.threads)]}
 

@@ -281,9 +281,14 @@ def _acc_places(part_id: str, blocks=((0, 0),), via: str | None = None):
     grader only, as DESC_FIELDS."""
     from .. import spec
     from ..fragment import Places
-    cols = spec.load(LAB).part(part_id).params["N"]
+    params = spec.load(LAB).part(part_id).params
+    rows, cols = params["M"], params["N"]
     coord = [[_tile_coord(t, k) for k in range(128)] for t in range(128)]
-    return [Places([[(128 * bx + r) * cols + 128 * by + c for r, c in regs] for regs in coord], cols, (bx, by, 0), via)
+
+    def place(bx, by, r, c):            # None: outside D (an edge tile's register, never stored)
+        row, col = 128 * bx + r, 128 * by + c
+        return row * cols + col if row < rows and col < cols else None
+    return [Places([[place(bx, by, r, c) for r, c in regs] for regs in coord], cols, (bx, by, 0), via, rows * cols)
             for bx, by in blocks]
 
 

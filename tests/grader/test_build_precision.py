@@ -458,6 +458,28 @@ def test_a_lab4_step3_that_swaps_its_grid_offsets_fails_its_build_part_on_a_cpu(
     assert r.verdict == report.FAILED and "CTA (1, 2): 128 of 128 threads store registers" in r.message, r.message
 
 
+LAB4_STEP3_BOUND = "                if m_st + WGMMA_M * h + row < M and n_st + col < N:   # col is even and N too\n"
+
+
+@pytest.mark.slow
+def test_a_lab4_step3_epilogue_without_its_edge_bound_fails_its_build_part_on_a_cpu(root, edit, tmp_path, device):
+    """Step 3 takes ragged shapes, and its build shape (200 x 328) makes CTA (1, 2) an edge tile: an
+    epilogue that stores the whole tile writes past D's last row, which the check names."""
+    res = grade_edited(root, edit, tmp_path, device, "lab4_gemm", {LAB4_STEP3_BOUND: "                if True:\n"},
+                       ["s3_build_sm90"], "sm_90a")
+    r = res["s3_build_sm90"]
+    assert r.verdict == report.FAILED, r.message
+    assert "CTA (1, 2): 128 of 128 threads store registers outside D (200 rows of 328)" in r.message, r.message
+    assert "past its last row: an edge tile's store needs a bound" in r.message, r.message
+    # bounding the rows only: the columns past N land in the next row's first elements, and those of
+    # the last row past D's end
+    rows_only = grade_edited(root, edit, tmp_path / "rows", device, "lab4_gemm", {
+        LAB4_STEP3_BOUND: "                if m_st + WGMMA_M * h + row < M:\n"}, ["s3_build_sm90"], "sm_90a")
+    r = rows_only["s3_build_sm90"]
+    assert r.verdict == report.FAILED and "CTA (1, 2): 4 of 128 threads store registers outside D" in r.message, \
+        r.message
+
+
 @pytest.mark.slow
 def test_a_lab4_step4_epilogue_that_misplaces_registers_in_dsmem_fails_its_build_part_on_a_cpu(root, edit, tmp_path,
                                                                                               device):
