@@ -222,7 +222,7 @@ def _ring(m: Mechanism, texts: dict[str, str]) -> CheckResult:
     ring = ring_stages(ptx)
     need_bars = 6 if m.name == "mbarrier_ring_ws" else 0
     ok = ring.stages >= m.min_count and ring.barriers >= need_bars
-    where = f"{ring.stages} stage(s): TMA loads complete on {ring.stages} mbarrier(s)" + (
+    where = f"{ring.stages} stage(s) used at the build shape: TMA loads complete on {ring.stages} mbarrier(s)" + (
         f" ({', '.join(ring.names)})" if ring.names else "")
     if ring.indexed:      # an upper bound: a barrier array indexed at run time, its index's range not followed
         where = (f"up to {ring.stages} stage(s): TMA loads complete on a barrier indexed at run time "
@@ -230,6 +230,9 @@ def _ring(m: Mechanism, texts: dict[str, str]) -> CheckResult:
                  + (f" ({', '.join(ring.names)})" if ring.names else ""))
     if need_bars:
         where += f"; {ring.barriers} mbarriers initialised"
+    if ring.unresolved and ok:
+        where += (f"; {ring.unresolved} more barrier operand(s) computed at run time not followed, so the ring may "
+                  "have more stages than this")
     need = []
     if ring.stages < m.min_count:
         need.append(f"at least {m.min_count} stages needed")
