@@ -719,7 +719,9 @@ def tx_byte_counts(texts: dict) -> TxReport:
             items.append((s.bytes, 1, max(1, min(most, armed))))
         if _reachable_sums(armed, items):
             if clustered:
-                rep.checked.append(f"{where}: {armed} bytes, from {loads} and the other CTAs of the cluster")
+                rep.checked.append(f"{where}: {armed} bytes, a sum that {loads} can make together with what the "
+                                   "cluster's other CTAs may deliver to this barrier (a multicast load, the pair's "
+                                   "other CTA); how many of those arrive is not followed")
             else:
                 rep.unchecked.append(f"expect_tx on {where}: its loads run in a loop of their own, byte count "
                                      f"checked only as a sum of whole boxes ({armed} bytes from {loads})")
