@@ -404,17 +404,23 @@ def test_the_editions_build_check_reads_the_sealed_accumulator_places(root, edit
     assert set(table["acc_places"]) == {f"s{s}_build_sm90" for s in (1, 2, 3, 4)}
     for entries in table["acc_places"].values():    # hashes and salts only: no offset in the table
         for entry in entries:
-            assert set(entry) == {"cols", "regs", "block", "via", "seals"} and len(entry["seals"]) == 128
+            assert set(entry) == {"cols", "regs", "block", "via", "size", "seals"} and len(entry["seals"]) == 128
             assert all(set(seal) == {"__sealed__", "salt"} for seal in entry["seals"])
     pasted = _paste_reference(root, edition, lab, str(tmp_path / "pasted"))
-    checked = _check_in_edition(edition, pasted, lab, ["s1_build_sm90", "s4_build_sm90"])
+    checked = _check_in_edition(edition, pasted, lab, ["s1_build_sm90", "s3_build_sm90", "s4_build_sm90"])
     for part in ("s1_build_sm90", "s4_build_sm90"):       # into D, and into the tile the TMA store reads
         good = checked[part]
         assert good[0] == "passed" and "each of 128 threads stores its 128 registers" in good[1], (part, good)
+    edge = checked["s3_build_sm90"]                       # CTA (1, 2) of 200 x 328 is an edge tile
+    assert edge[0] == "passed" and "registers of elements outside D (an edge tile) nowhere" in edge[1], edge
     bad_path = _edited(pasted, "D.vstore([WGMMA_M * h + row, col], pair", "D.vstore([col, WGMMA_M * h + row], pair",
                        str(tmp_path / "bad.ipynb"))
     bad = _check_in_edition(edition, bad_path, lab, ["s1_build_sm90"])["s1_build_sm90"]
     assert bad[0] != "passed" and "threads store registers where the wgmma accumulator does not hold them" in bad[1], bad
+    unbounded = _edited(pasted, "if m_st + WGMMA_M * h + row < M and n_st + col < N:", "if True:",
+                        str(tmp_path / "unbounded.ipynb"))
+    past = _check_in_edition(edition, unbounded, lab, ["s3_build_sm90"])["s3_build_sm90"]
+    assert past[0] != "passed" and "store registers outside D (200 rows of 328)" in past[1], past
 
 
 def test_the_editions_lab5_build_check_follows_the_consumers_epilogue_through_its_tma_stores(root, edition, tmp_path):

@@ -75,16 +75,20 @@ def test_lab4_places_are_the_wgmma_fragment_and_the_sealed_ones_agree():
     """The course grader's places and the edition's hashed ones give the same verdicts on the same
     thread lists; the table does not hold the offsets."""
     from grader.edition import tables
-    first, other = L.ACC_PLACES["s3_build_sm90"]
-    assert first.cols == 384 and first.threads == 128 and first.regs == 128 and other.block == (1, 2, 0)
+    first, other = L.ACC_PLACES["s3_build_sm90"]        # at 200 x 328: CTA (1, 2) is an edge tile
+    assert first.cols == 328 and first.threads == 128 and first.regs == 128 and other.block == (1, 2, 0)
+    assert first.size == other.size == 200 * 328
     r, c = L.ref_acc_coord(5, 3)
-    assert first.offsets[5][64 + 3] == (64 + r) * 384 + c
-    assert other.offsets[5][64 + 3] == (128 + 64 + r) * 384 + 256 + c
+    assert first.offsets[5][64 + 3] == (64 + r) * 328 + c
+    assert other.offsets[5][3] == (128 + r) * 328 + 256 + c
+    assert 128 + 64 + r >= 200 and other.offsets[5][64 + 3] is None        # past D's last row: not stored
+    assert sum(o is None for t in other.offsets for o in t) == 128 * 128 - 72 * 72
     entries = json.loads(json.dumps(tables.seal_places("s3_build_sm90", [first, other])))
     for places, entry in zip((first, other), entries):
         sealed = tables.SealedPlaces(entry["cols"], entry["regs"], [tables.decode(s) for s in entry["seals"]],
-                                     entry["block"])
-        assert str(places.offsets[0][2]) not in json.dumps(entry) and sealed.block == places.block
+                                     entry["block"], size=entry["size"])
+        assert json.dumps(places.offsets[0][:3])[1:-1] not in json.dumps(entry) and sealed.block == places.block
+        assert sealed.size == places.size
         for t in (0, 77):
             for got in (places.offsets[t], places.offsets[t][::-1], places.offsets[(t + 1) % 128], first.offsets[t]):
                 assert sealed.fits(t, got) == places.fits(t, got)
