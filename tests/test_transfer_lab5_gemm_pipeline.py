@@ -411,3 +411,26 @@ def test_the_descriptor_fields_are_the_students_lab_4_answer():
     transfer_text.check_given_code_says_none_of(LAB, DESC_FIELDS_GIVEAWAYS, DESC_FIELDS_OLD)
     transfer_text.check_carried_and_called(LAB, "wgmma_desc_fields", "wgmma_desc_fields(128)", 5)   # steps 5-9
     assert "lbo, sbo, swizzle)" in transfer_text.visible(transfer_text.cells(LAB, "solutions"))
+
+
+# ---- Part a's parities and part c's kernel-side order: no longer handed out (a fifth-round trial) ----
+RING_GIVEAWAYS = ("`(producer_start + g // S) mod 2`", "`(consumer_start + g // S) mod 2`", "| 2 | 0 | 0 | 1 |")
+ORDER_GIVEAWAYS = ("first_row = T.truncdiv(t, span) * group", "rows = T.min(tiles_m - first_row, group)")
+
+
+def _visible_texts(root=transfer_text.ROOT):
+    return [transfer_text.visible(transfer_text.cells(LAB, folder, root)) for folder in ("solutions", "assignments")]
+
+
+def test_part_a_and_part_c_answers_are_not_in_the_students_text():
+    """Part a's notebook stated the parity of every wait (and a trace of five loads), and the locked
+    helper cell held part c's grouped order for kernel code: the student now derives the first from
+    the lecture's per-visit rule, and writes the second in part c's cell."""
+    for text in _visible_texts():
+        assert not [g for g in RING_GIVEAWAYS + ORDER_GIVEAWAYS if g in text]
+    assert "def grouped_tile_coords(" in transfer_text.source(
+        next(c for c in transfer_text.cells(LAB, "assignments") if "def grouped_tile(" in transfer_text.source(c)))
+    for folder, commit, giveaways in (("solutions", "60bcbc3", RING_GIVEAWAYS), ("assignments", "3de924a", ORDER_GIVEAWAYS)):
+        old = json.loads(transfer_text.old_text(commit, f"{folder}/{LAB}/{LAB}.ipynb"))["cells"]
+        text = transfer_text.visible(old)
+        assert all(g in text for g in giveaways), [g for g in giveaways if g not in text]
