@@ -470,3 +470,36 @@ def test_the_editions_build_check_reads_the_sealed_descriptor_tiles(root, editio
     bad_path = _edited(pasted, line, line.replace("BLK_K)", "BLK_K // 2)"), str(tmp_path / "bad.ipynb"))
     bad = _check_in_edition(edition, bad_path, lab, ["s1_build_sm90"])["s1_build_sm90"]
     assert bad[0] != "passed" and "no descriptor has the fields of B (N-major)" in bad[1], bad
+
+
+def test_an_edition_through_a_lab_ships_the_labs_released_so_far(root, tmp_path):
+    """``release --through lab1_roofline``: a class releasing one lab at a time. Lab 1 alone is in
+    the edition (notebook, lecture in the table of contents, spec, public table, threshold digest);
+    no later lab's notebook, lecture or check is (Lab 5's given code holds Lab 4's epilogue); the
+    lecture site builds; a check of a later lab says there is no such lab; an unknown lab is refused."""
+    dest = tmp_path / "course"
+    proc = subprocess.run([sys.executable, "-m", "grader", "release", "--through", "lab1_roofline", str(dest)],
+                          cwd=root, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    later = LABS[1:]
+    assert "left out until released: " + ", ".join(later) in proc.stdout
+    assert os.listdir(dest / "assignments") == ["lab1_roofline"]
+    assert sorted(p.name for p in (dest / "lectures").iterdir() if p.is_dir()) == ["lab1_roofline"]
+    assert sorted(os.listdir(dest / "grader" / "specs")) == ["lab1_roofline.toml", "thresholds.lock"]
+    assert sorted(os.listdir(dest / "grader" / "public")) == ["lab1_roofline.json"]
+    assert list(json.loads((dest / "grader" / "specs" / "thresholds.lock").read_text())) == ["lab1_roofline"]
+    for rel, text in _text_files(str(dest)):
+        for lab in later:
+            assert f"{lab}/index" not in text and f"{lab}.ipynb" not in text, (rel, lab)
+    readme = (dest / "README.md").read_text()
+    assert "| `lab1_roofline` |" in readme and "| `lab4_gemm` |" not in readme
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "GRADER_SECRET_SEED")}
+    site = subprocess.run([sys.executable, "-m", "sphinx", "-W", "-q", "-b", "html", "lectures",
+                           str(tmp_path / "html")], cwd=dest, env=env, capture_output=True, text=True, timeout=600)
+    assert site.returncode == 0, site.stdout[-3000:] + site.stderr[-3000:]
+    check = subprocess.run([sys.executable, "-m", "grader", "check", "lab4_gemm", "--public"], cwd=dest, env=env,
+                           capture_output=True, text=True, timeout=300)
+    assert check.returncode != 0 and "no lab 'lab4_gemm'; labs: lab1_roofline" in check.stderr, check.stderr
+    refused = subprocess.run([sys.executable, "-m", "grader", "release", "--through", "lab7", str(tmp_path / "x")],
+                             cwd=root, capture_output=True, text=True, timeout=300)
+    assert refused.returncode == 1 and "--through lab7: no such lab" in refused.stderr, refused.stderr

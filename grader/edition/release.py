@@ -373,7 +373,7 @@ If your course runs on a Slurm cluster, you can have the public check of your sa
 on one of the class's GPUs, from the cluster's login node, in this folder:
 
 ```bash
-python -m grader queue-check lab2_tma --submission assignments/lab2_tma/lab2_tma.ipynb
+python -m grader queue-check {queue_lab} --submission assignments/{queue_lab}/{queue_notebook}
 ```
 
 It submits one Slurm job on the course's GPU partition (one GPU; your notebook as saved when you
@@ -418,10 +418,32 @@ ACC_PLACES = sealed_acc_places("{lab}")        # the epilogues' accumulator plac
 '''
 
 
-def _labs_table() -> str:
+def released_labs(through: str | None) -> list[str]:
+    """The labs an edition ships: every lab, or those up to and including ``through`` in the
+    course's order (a later lab's given code holds an earlier lab's answers: Lab 5's kernels carry
+    Lab 4's epilogue, so a class releasing one lab at a time ships the labs released so far)."""
+    labs = spec.lab_names()
+    if through is None:
+        return labs
+    if through not in labs:
+        raise ReleaseError(f"--through {through}: no such lab; labs: {', '.join(labs)}")
+    return labs[:labs.index(through) + 1]
+
+
+def _labs_table(labs: list[str]) -> str:
     rows = ["| lab | topic |", "|---|---|"]
-    rows += [f"| `{lab}` | {spec.load(lab).title} |" for lab in spec.lab_names()]
+    rows += [f"| `{lab}` | {spec.load(lab).title} |" for lab in labs]
     return "\n".join(rows)
+
+
+def _in_left_out_lab(rel: str, left_out: set[str]) -> bool:
+    """``rel`` (a path in the repository) belongs to a lab the edition does not ship: its folder
+    under assignments/ or lectures/, its spec, its public table or its grading module."""
+    parts = rel.split(os.sep)
+    if len(parts) > 2 and parts[0] in ("assignments", "lectures") and parts[1] in left_out:
+        return True
+    stem = os.path.splitext(parts[-1])[0]
+    return len(parts) == 3 and parts[0] == "grader" and parts[1] in ("specs", "labs", "public") and stem in left_out
 
 
 def _course_only(tables: dict) -> str:
@@ -530,11 +552,20 @@ def copy_tracked(folder: str, dest: str, root: str | None = None, skip=lambda re
     return sorted(files)
 
 
-def _copy_grader(dest: str) -> None:
+def _copy_grader(dest: str, labs: list[str]) -> None:
+    left_out = set(spec.lab_names()) - set(labs)
     skip = ({os.path.join("grader", "labs", f"{lab}.py") for lab in spec.lab_names()}
             | {os.path.join("grader", "edition", "release.py")})
-    copy_tracked("grader", dest, skip=lambda rel: rel in skip or rel.startswith(os.path.join("grader", "public", "")))
-    for lab in spec.lab_names():
+    copy_tracked("grader", dest, skip=lambda rel: rel in skip or rel.startswith(os.path.join("grader", "public", ""))
+                 or _in_left_out_lab(rel, left_out))
+    if left_out:                        # the lock lists the shipped labs' threshold digests only
+        lock = os.path.join(dest, "grader", "specs", "thresholds.lock")
+        with open(lock) as f:
+            digests = json.load(f)
+        with open(lock, "w") as f:
+            json.dump({lab: v for lab, v in digests.items() if lab in labs}, f, indent=2, sort_keys=True)
+            f.write("\n")
+    for lab in labs:
         with open(os.path.join(dest, "grader", "labs", f"{lab}.py"), "w") as f:
             f.write(STUB.format(lab=lab, title=spec.load(lab).title))
 
@@ -558,18 +589,25 @@ def _generated(rel: str) -> bool:
     return "generated" in folders and "_build" not in folders and not rel.endswith((".pyc", ".pyo"))
 
 
-def _copy_lectures(dest: str, progress) -> None:
-    """The lecture notes with their figures drawn (the files git tracks, and the figures the
-    scripts drew). A figure script that draws from the grader's references
-    (``grader.labs.<lab>``) is left out and its figures are shipped drawn."""
+def _copy_lectures(dest: str, progress, left_out: set[str]) -> None:
+    """The lecture notes of the shipped labs with their figures drawn (the files git tracks, and
+    the figures the scripts drew). A figure script that draws from the grader's references
+    (``grader.labs.<lab>``) is left out and its figures are shipped drawn. The table of contents
+    lists the shipped labs' notes only."""
     scripts = sorted(p for p in os.listdir(os.path.join(REPO_ROOT, "lectures"))
-                     if os.path.isfile(os.path.join(REPO_ROOT, "lectures", p, "figures.py")))
+                     if os.path.isfile(os.path.join(REPO_ROOT, "lectures", p, "figures.py")) and p not in left_out)
     for lab in scripts:
         folder = os.path.join(REPO_ROOT, "lectures", lab)
         proc = subprocess.run([sys.executable, "figures.py"], cwd=folder, capture_output=True, text=True)
         if proc.returncode:
             raise ReleaseError(f"lectures/{lab}/figures.py failed: {proc.stderr[-2000:]}")
-    copy_tracked("lectures", dest, also=_generated)
+    copy_tracked("lectures", dest, also=_generated, skip=lambda rel: _in_left_out_lab(rel, left_out))
+    if left_out:
+        index = os.path.join(dest, "lectures", "index.md")
+        with open(index) as f:
+            lines = f.read().splitlines(keepends=True)
+        with open(index, "w") as f:
+            f.writelines(ln for ln in lines if ln.strip() not in {f"{lab}/index" for lab in left_out})
     for lab in scripts:
         script = os.path.join(dest, "lectures", lab, "figures.py")
         with open(script) as f:
@@ -592,14 +630,19 @@ def _patch(dest: str, progress) -> None:
             f.write(text.replace(old, new))
 
 
-def build_release(dest: str, force: bool = False, progress=print) -> dict:
-    """Write the student edition to ``dest``; returns the tables recorded. Raises ReleaseError."""
+def build_release(dest: str, force: bool = False, progress=print, through: str | None = None) -> dict:
+    """Write the student edition to ``dest`` (every lab, or the labs up to ``through``); returns
+    the tables recorded. Raises ReleaseError."""
     if not os.path.isdir(SOLUTIONS):
         raise ReleaseError(f"no {SOLUTIONS}: the student edition is made from the full repository")
     dest = os.path.abspath(dest)
     _check_dest(dest, force)
+    labs = released_labs(through)
+    left_out = set(spec.lab_names()) - set(labs)
+    if left_out:
+        progress(f"shipping {', '.join(labs)}; left out until released: {', '.join(sorted(left_out))}")
     tables = {}
-    for lab in spec.lab_names():
+    for lab in labs:
         progress(f"recording the public cases of {lab} ...")
         tables[lab] = record_lab(lab, progress)
         self_check(lab, tables[lab], progress)
@@ -608,9 +651,10 @@ def build_release(dest: str, force: bool = False, progress=print) -> dict:
                  f"{', '.join(list(t['shipped']) + t['default_runner']) or '-'}; "
                  f"course grader only: {', '.join(t['course_grader_only']) or '-'}")
     _prepare(dest, force)
-    copy_tracked("assignments", dest)        # the notebooks as committed: no scratch file, no plot
-    _copy_lectures(dest, progress)
-    _copy_grader(dest)
+    copy_tracked("assignments", dest,        # the notebooks as committed: no scratch file, no plot
+                 skip=lambda rel: _in_left_out_lab(rel, left_out))
+    _copy_lectures(dest, progress, left_out)
+    _copy_grader(dest, labs)
     _check_shipped(dest, tables)
     os.makedirs(os.path.join(dest, "grader", "public"), exist_ok=True)
     for lab, table in tables.items():
@@ -621,7 +665,9 @@ def build_release(dest: str, force: bool = False, progress=print) -> dict:
         shutil.copy2(os.path.join(REPO_ROOT, f), os.path.join(dest, f))
     _patch(dest, progress)
     with open(os.path.join(dest, "README.md"), "w") as f:
-        f.write(STUDENT_README.format(labs=_labs_table(), course_only=_course_only(tables)))
+        queue_lab = labs[min(1, len(labs) - 1)]      # the README's example: Lab 2, or Lab 1 alone
+        f.write(STUDENT_README.format(labs=_labs_table(labs), course_only=_course_only(tables), queue_lab=queue_lab,
+                                      queue_notebook=spec.load(queue_lab).notebook))
     with open(os.path.join(dest, ".gitignore"), "w") as f:
         f.write(GITIGNORE)
     with open(os.path.join(dest, MARKER), "w") as f:
