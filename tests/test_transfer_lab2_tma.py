@@ -289,3 +289,30 @@ def test_the_shared_memory_check_fails_on_the_contract_that_stated_it():
     with pytest.raises(AssertionError):
         check_the_shared_memory_is_asked(transfer_text.markdown(transfer_text.cells(LAB, "solutions")),
                                          transfer_text.old_text(OLD, f"lectures/{LAB}/index.md"))
+
+
+def check_no_code_cell_prints_tvms_tensor_map(root=transfer_text.ROOT):
+    """The cell after part d says whether TVM's tensor maps agree with the student's
+    `tensor_map_3d`, field by field, and prints none of TVM's fields (a student trial read part a's
+    answer for that shape off the printed map)."""
+    for folder in ("solutions", "assignments"):
+        code = [transfer_text.source(c) for c in transfer_text.cells(LAB, folder, root) if c["cell_type"] == "code"]
+        viewer = [cell for cell in code if "tensor_maps(build_tma_tile" in cell]
+        assert len(viewer) == 1, (folder, len(viewer))
+        prints = [ln.strip() for ln in viewer[0].splitlines() if ln.strip().startswith("print(")]
+        assert "'agrees' if" in viewer[0], folder
+        assert "print(m)" not in prints and not any("tensor_map_3d(" in ln or "mine" in ln for ln in prints), prints
+
+
+def test_no_code_cell_prints_tvms_tensor_map():
+    check_no_code_cell_prints_tvms_tensor_map()
+
+
+def test_the_tensor_map_check_fails_on_the_notebook_that_printed_it(tmp_path):
+    import os
+    for folder in ("solutions", "assignments"):
+        path = f"{folder}/{LAB}/{LAB}.ipynb"
+        os.makedirs(tmp_path / folder / LAB)
+        (tmp_path / path).write_text(transfer_text.old_text("c5dee89", path))
+    with pytest.raises(AssertionError):
+        check_no_code_cell_prints_tvms_tensor_map(str(tmp_path))
