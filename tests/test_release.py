@@ -503,3 +503,36 @@ def test_an_edition_through_a_lab_ships_the_labs_released_so_far(root, tmp_path)
     refused = subprocess.run([sys.executable, "-m", "grader", "release", "--through", "lab7", str(tmp_path / "x")],
                              cwd=root, capture_output=True, text=True, timeout=300)
     assert refused.returncode == 1 and "--through lab7: no such lab" in refused.stderr, refused.stderr
+
+
+SEALED_DESIGN_PARTS = {"lab5_gemm_pipeline": ("a_ring", "b_regs", "c_sched", "d_cluster"),
+                       "lab6_flash_attention": ("b_causal", "c_gqa", "d_budget")}
+
+
+@pytest.mark.parametrize("lab", sorted(SEALED_DESIGN_PARTS))
+def test_the_design_rules_of_labs_5_and_6_are_sealed_in_the_table(lab):
+    """A trial student read Lab 5's rules (the empty barrier's arrivals, the setmaxnreg rounding)
+    off the public answers of parts a-d; those parts' functions are now sealed: every public
+    answer is a salted hash, the reference passes, a function that returns something else fails
+    with what it returned. Lab 6's online softmax (floating point, compared within tolerances)
+    stays open."""
+    import types
+
+    from grader.edition import tables
+    recorded = release.record_lab(lab, progress=lambda *a: None)["parts"]
+    import importlib
+    module = importlib.import_module(f"grader.labs.{lab}")
+    for part in SEALED_DESIGN_PARTS[lab]:
+        entry = recorded[part]
+        fns = spec.load(lab).part(part).params["functions"]
+        assert spec.load(lab).part(part).params["sealed_public"] == fns, part
+        for chk in entry["checks"]:
+            assert chk["compare"] == {"kind": "sealed"}, (part, chk["fn"])
+            assert "__tuple__" not in json.dumps(chk["cases"]) and "__sealed__" in json.dumps(chk["cases"]), part
+        ref = types.SimpleNamespace(**{fn: getattr(module, f"ref_{fn}") for fn in fns})
+        assert tables.grade_from_table(entry, ref, None).fraction == 1.0, part
+        off = types.SimpleNamespace(**{fn: (lambda *a, **k: "not the answer") for fn in fns})
+        out = tables.grade_from_table(entry, off, None)
+        assert out.fraction == 0.0 and "got 'not the answer'; this public case's answer is sealed" in out.message, out.message
+    if lab == "lab6_flash_attention":
+        assert all(c["compare"]["kind"] == "allclose" for c in recorded["a_softmax"]["checks"])
