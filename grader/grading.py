@@ -292,6 +292,8 @@ def build_part(module, ctx: Context, extra: Callable | None = None, texts: Calla
                                 "The build part is graded at this shape: the kernel must do its work there")
                 continue
             except build.BuildError as e:
+                if machine_failed(e):           # the part's verdict is the machine's: graded again
+                    raise
                 scores.append(0.0)
                 per_arch.append(f"{arch}: does not build: {explain_build_error(e)}")
                 continue
@@ -401,6 +403,8 @@ def prove_by_execution(builder, ctx, name: str, arch: str) -> executed.Executed 
         with spans.span("profiled_build"):
             art = build.compile_only(builder(*prob.builder_args(shape), **kw), arch)
     except build.BuildError as e:
+        if machine_failed(e):
+            raise
         return executed.Executed(None, f"it does not build at {prob.describe(shape)}: {explain_build_error(e)}",
                                  correct=False, failed=True)
     job = {"lab": ctx.lab.lab, "part": part.id, "problem": prob.name, "shape": list(shape),
@@ -443,6 +447,14 @@ KNOWN_LOWERING_FAILURES = [
      "instead": ("an empty inline-asm fence of the register through T.cuda.func_call, "
                  "asm volatile(\"\" : \"+f\"(r) :: \"memory\"), as the notebook's fence_accumulators does")},
 ]
+
+
+def machine_failed(e: BaseException) -> bool:
+    """A build that failed on the grading machine (a tool jail that could not run, ptxas stopped
+    without a word twice), not on the kernel: the part's verdict is then the infrastructure one
+    (grader/verdict.py), never a build failure scored against the student."""
+    from . import verdict
+    return verdict.infrastructure_problem(e) is not None
 
 
 def explain_build_error(e: BaseException) -> str:

@@ -351,3 +351,48 @@ def test_the_cli_the_harness_and_the_check_cell_grade_through_the_owner(monkeypa
     assert res.message == "graded by the owner" and seen[-1] == "a_bytes"
     notebook.check(LAB, "a_predict", {})
     assert notebook.last_result(LAB, "a_predict").message == "graded by the owner" and seen[-1] == "a_predict"
+
+
+def test_ptxas_stopped_without_a_word_is_retried_then_the_machines_failure(monkeypatch):
+    """A check-all run with four labs graded at once on an H100 saw ptxas end with no output on a
+    student's sm_100a build (it built alone, the same minute): scored as "does not build" it cost
+    the student half a build part. ptxas ending without a word is now run once more, and twice is
+    the infrastructure verdict (graded again), in a build part too; ptxas's own error is the
+    kernel's, at the first run."""
+    from grader import build, grading, launch, toolchain
+    calls = []
+
+    def tool(replies):
+        def run_tool(argv, inputs, outputs, **kw):
+            calls.append(argv[0])
+            return replies.pop(0) if len(replies) > 1 else replies[0]
+        return run_tool
+    monkeypatch.setattr(toolchain, "tool", lambda name: "/usr/bin/ptxas")
+    monkeypatch.setattr(sandbox, "run_tool", tool([(-9, "", {}), (0, "ptxas info", {"k.cubin": b"CUBIN"})]))
+    assert launch.assemble(".version 8.0", "sm_100a") == (b"CUBIN", "ptxas info") and len(calls) == 2
+    calls.clear()
+    monkeypatch.setattr(sandbox, "run_tool", tool([(-9, "", {})]))
+    with pytest.raises(launch.AssemblyFailed) as silent:
+        launch.assemble(".version 8.0", "sm_100a")
+    assert len(calls) == 2 and "exit status -9, -9" in str(silent.value)
+    as_built = toolchain.BuildError(str(silent.value))        # as build.assembled passes it on
+    assert grading.machine_failed(as_built)
+    assert verdict.exception_result(_ctx("a_flops"), as_built).verdict == report.INFRASTRUCTURE
+    calls.clear()
+    monkeypatch.setattr(sandbox, "run_tool", tool([(255, "ptxas fatal   : Unresolved extern function 'f'", {})]))
+    with pytest.raises(launch.AssemblyFailed) as own:
+        launch.assemble(".version 8.0", "sm_100a")
+    assert len(calls) == 1 and not grading.machine_failed(toolchain.BuildError(str(own.value)))
+
+    # In a build part: the machine's failure is the part's verdict; the kernel's is scored per arch.
+    module = types.SimpleNamespace(build_scale_add=lambda n: object())
+    for error, machine in ((as_built, True), (toolchain.BuildError(str(own.value)), False)):
+        def compile_only(*a, error=error, **k):
+            raise error
+        monkeypatch.setattr(build, "compile_only", compile_only)
+        if machine:
+            with pytest.raises(toolchain.BuildError):
+                grading.build_part(module, _ctx("b_build"))
+        else:
+            out = grading.build_part(module, _ctx("b_build"))
+            assert out.fraction == 0.0 and "does not build: ptxas for sm_100a failed: ptxas fatal" in out.message, out
