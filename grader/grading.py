@@ -11,7 +11,7 @@ import os
 import re
 from typing import Any, Callable
 
-from . import build, compare, executed, hardware, inspect, problems, spans, timing
+from . import build, compare, executed, hardware, inspect, problems, spans, timing, toolchain
 from .spec import builder_kwargs, by_track
 from .context import CaseFailed, Context, Outcome, Work  # noqa: F401 - Work: what a call must do
 
@@ -453,8 +453,7 @@ def machine_failed(e: BaseException) -> bool:
     """A build that failed on the grading machine (a tool jail that could not run, ptxas stopped
     without a word twice), not on the kernel: the part's verdict is then the infrastructure one
     (grader/verdict.py), never a build failure scored against the student."""
-    from . import verdict
-    return verdict.infrastructure_problem(e) is not None
+    return toolchain.tool_jail_failure(e) is not None
 
 
 def explain_build_error(e: BaseException) -> str:

@@ -6,11 +6,26 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import shutil
 
 
 class BuildError(Exception):
     pass
+
+
+# A tool jail of the grader's (NVRTC, ptxas) that failed before or without its tool's own word:
+# "<tool> for <arch> failed: jail: ..." is the grading machine's failure, never the kernel's.
+_TOOL_JAIL_FAILED = re.compile(r"(?:NVRTC compilation|ptxas) for \w+ failed: (jail: [^\n]*)\s*")
+
+
+def tool_jail_failure(e: BaseException) -> str | None:
+    """What failed on the grading machine, when ``e`` is a build failure of a tool jail's own
+    (the whole message in the grader's words), else None."""
+    tool = _TOOL_JAIL_FAILED.fullmatch(str(e))
+    if type(e).__name__ in ("BuildError", "AssemblyFailed") and tool:
+        return tool.group(1)
+    return None
 
 
 @functools.lru_cache(maxsize=1)

@@ -37,7 +37,7 @@ import builtins
 import re
 from typing import Callable
 
-from . import dispatch, grading, report, sandbox, submission, timing
+from . import dispatch, grading, report, sandbox, submission, timing, toolchain
 from .context import CaseFailed, Context
 
 PERF_TRIALS = 3
@@ -46,7 +46,6 @@ _MISSING = re.compile(r"the notebook defines no (\w+)\(\)")
 _GRADERS_MISSING = re.compile(r"the notebook defines no \w+\(\): keep the function names of the skeleton")
 _CHILD_MISSING = re.compile(r"(\w+)\(\) raised LookupError: the notebook defines no (\w+)\(\): keep the function "
                             r"names of the skeleton(?:\n|$)")
-_TOOL_JAIL_FAILED = re.compile(r"(?:NVRTC compilation|ptxas) for \w+ failed: (jail: [^\n]*)\s*")
 _KNOWN_ERRORS = {"BuildFailed", "BuildError", "AssemblyFailed", "DiagnosticError", "TVMError", "InternalError",
                  "StudentError", "HostCodeRefused", "CheckFailed",
                  "LaunchError", "PlanRejected", "AcceleratorError", "WrongTimedCall"}   # a kernel's failures on the GPU
@@ -119,11 +118,7 @@ def infrastructure_problem(e: BaseException) -> str | None:
     machine nor text to show)."""
     if isinstance(e, sandbox.JailSetupFailed):
         return str(e)
-    text = str(e)
-    tool = _TOOL_JAIL_FAILED.fullmatch(text)
-    if type(e).__name__ in ("BuildError", "AssemblyFailed") and tool:
-        return tool.group(1)
-    return None
+    return toolchain.tool_jail_failure(e)
 
 
 def shows_output(ctx: Context) -> bool:
