@@ -6,7 +6,7 @@ the epoch), the process and the thread. Without it nothing is written and a span
 The spans are the phases a part waits on: a part as a whole, a child's start and each request to
 it of 50 ms or more (a builder's lowering, an export; a lab's many quick calls are left out), the grader's own ptxas, the GPU's grading lock (waited for
 and held, shared or exclusive), the machine's one profiler (waited for) and each run of ncu.
-``python benchmarks/grading_timeline.py TRACE --out DIR`` draws them and sums them per lab.
+``python benchmarks/grading_timeline.py TRACE --out DIR`` (TRACE may be gzipped) draws them and sums them per lab.
 
 Only trusted grading processes write spans; the jailed children and the GPU harness do not."""
 from __future__ import annotations
@@ -64,9 +64,11 @@ def span(what: str, min_s: float = 0.0, **fields):
 
 
 def read(path: str) -> list[dict]:
-    """The spans of a trace file, in order of start (a torn last line is skipped)."""
+    """The spans of a trace file (or of its gzip, ``TRACE.gz``, as the course's records keep them),
+    in order of start (a torn last line is skipped)."""
+    import gzip
     out = []
-    with open(path) as f:
+    with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as f:
         for line in f:
             try:
                 out.append(json.loads(line))

@@ -94,3 +94,25 @@ def test_speed_ratios_of_the_check_cells_beside_the_graders(tmp_path):
 def test_the_last_cell_is_asked_for_the_graders_report(run, tmp_path):
     with_final, _ = run
     assert with_final["cells"][-1]["first_line"] == f'grade_notebook("lab1_roofline", report_json="{nt.GRADER_REPORT}")'
+
+
+def test_the_timeline_reads_a_gzipped_trace_as_the_records_keep_it(tmp_path):
+    """The records store a run's trace gzipped: the timeline reads it as it reads the plain file,
+    and a trace with no spans says so instead of drawing nothing."""
+    import gzip
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    import grading_timeline
+    rows = [{"what": "part", "lab": "lab1_roofline", "part": "b_speed", "start": 10.0 + i, "end": 10.5 + i,
+             "pid": 7, "thread": 1} for i in range(3)]
+    plain, packed = tmp_path / "trace.jsonl", tmp_path / "trace.jsonl.gz"
+    plain.write_text("".join(json.dumps(r) + "\n" for r in reversed(rows)) + '{"torn')
+    with gzip.open(packed, "wt") as f:
+        f.write(plain.read_text())
+    from grader import spans
+    assert spans.read(str(packed)) == spans.read(str(plain)) == rows
+    assert grading_timeline.main([str(packed), "--out", str(tmp_path / "out")]) == 0
+    assert "lab1_roofline" in (tmp_path / "out" / "timeline.md").read_text()
+    empty = tmp_path / "empty.jsonl.gz"
+    with gzip.open(empty, "wt") as f:
+        f.write("")
+    assert grading_timeline.main([str(empty), "--out", str(tmp_path / "none")]) == 1
