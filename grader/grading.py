@@ -451,7 +451,7 @@ KNOWN_LOWERING_FAILURES = [
 
 def machine_failed(e: BaseException) -> bool:
     """A build that failed on the grading machine (a tool jail that could not run, ptxas stopped
-    without a word twice), not on the kernel: the part's verdict is then the infrastructure one
+    without a word twice and could not assemble a known-good kernel either), not on the kernel: the part's verdict is then the infrastructure one
     (grader/verdict.py), never a build failure scored against the student."""
     return toolchain.tool_jail_failure(e) is not None
 

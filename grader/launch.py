@@ -254,25 +254,50 @@ class AssemblyFailed(Exception):
 
 
 def assemble(ptx: str, arch: str, unsafe: bool | None = None) -> tuple[bytes, str]:
-    """PTX to cubin with ptxas, in a tool jail: (cubin, ptxas -v log)."""
+    """PTX to cubin with ptxas, in a tool jail: (cubin, ptxas -v log).
+
+    ptxas's own words are the PTX's error, at once. A ptxas that ends without a word (killed, out
+    of memory, crashed) is run once more; after a second silence a small known-good kernel tells
+    whose failure it is. If ptxas cannot assemble that either, the grading machine failed (the
+    infrastructure verdict, graded again: seen once with four labs graded at once); if it can, the
+    kernel gets a third run, and a third silence is the kernel's (a PTX that stops ptxas every
+    time must not leave its part ungraded for ever)."""
     from . import toolchain
     exe = toolchain.tool("ptxas")
     if exe is None:
         raise AssemblyFailed("ptxas is not installed (pip install nvidia-cuda-nvcc)")
     statuses = []
-    for _ in range(2):
-        rc, log, out = sandbox.run_tool([exe, f"-arch={arch}", "-v", "--register-usage-level=10", "-o",
-                                         f"{sandbox.SCRATCH}/k.cubin", f"{sandbox.SCRATCH}/k.ptx"],
-                                        {"k.ptx": ptx.encode()}, ["k.cubin"], unsafe=unsafe)
+    for attempt in range(3):
+        if attempt == 2:
+            rc, log, out = _ptxas(exe, _known_good_ptx(ptx, arch), arch, unsafe)
+            if not (rc == 0 and "k.cubin" in out):
+                raise AssemblyFailed(
+                    f"ptxas for {arch} failed: jail: ptxas ended without a message twice (exit status "
+                    f"{', '.join(statuses)}; a negative status is the signal that stopped it), and a small "
+                    f"known-good kernel did not assemble either (exit status {rc})")
+        rc, log, out = _ptxas(exe, ptx, arch, unsafe)
         if rc == 0 and "k.cubin" in out:
             return out["k.cubin"], log
         if log.strip():                 # ptxas's own words: the PTX's error
             raise AssemblyFailed(f"ptxas for {arch} failed: {log.strip()[-2000:]}")
-        statuses.append(str(rc))        # ended without a word (killed, out of memory): once more
-    # Twice without a word: the grading machine's failure (grader/verdict.py: the infrastructure
-    # verdict, graded again), not a verdict on the kernel (seen once with four labs graded at once).
-    raise AssemblyFailed(f"ptxas for {arch} failed: jail: ptxas ended without a message twice (exit status "
-                         f"{', '.join(statuses)}; a negative status is the signal that stopped it)")
+        statuses.append(str(rc))        # ended without a word (killed, out of memory, crashed)
+    raise AssemblyFailed(f"ptxas for {arch} failed: it stopped without a message on this kernel three times "
+                         f"(exit status {', '.join(statuses)}; a negative status is the signal that stopped "
+                         f"it), while a small known-good kernel assembled between the tries: ptxas cannot "
+                         f"finish this kernel (a loop unrolled very far, a kernel too large?)")
+
+
+def _ptxas(exe: str, ptx: str, arch: str, unsafe: bool | None) -> tuple[int, str, dict[str, bytes]]:
+    return sandbox.run_tool([exe, f"-arch={arch}", "-v", "--register-usage-level=10", "-o",
+                             f"{sandbox.SCRATCH}/k.cubin", f"{sandbox.SCRATCH}/k.ptx"],
+                            {"k.ptx": ptx.encode()}, ["k.cubin"], unsafe=unsafe)
+
+
+def _known_good_ptx(ptx: str, arch: str) -> str:
+    """An empty kernel for ``arch``, in the PTX version of ``ptx`` (8.7 when it names none)."""
+    version = re.search(r"^\s*\.version\s+(\d+\.\d+)\s*$", ptx, re.M)
+    return (f".version {version.group(1) if version else '8.7'}\n.target {arch}\n.address_size 64\n\n"
+            ".visible .entry known_good()\n{\n\tret;\n}\n")
 
 
 def disassemble(cubin: bytes, unsafe: bool | None = None) -> str:

@@ -356,9 +356,11 @@ def test_the_cli_the_harness_and_the_check_cell_grade_through_the_owner(monkeypa
 def test_ptxas_stopped_without_a_word_is_retried_then_the_machines_failure(monkeypatch):
     """A check-all run with four labs graded at once on an H100 saw ptxas end with no output on a
     student's sm_100a build (it built alone, the same minute): scored as "does not build" it cost
-    the student half a build part. ptxas ending without a word is now run once more, and twice is
-    the infrastructure verdict (graded again), in a build part too; ptxas's own error is the
-    kernel's, at the first run."""
+    the student half a build part. ptxas ending without a word is now run once more; after two
+    silences a small known-good kernel decides: if ptxas cannot assemble it either, the machine
+    failed (the infrastructure verdict, graded again, in a build part too); if it can, a third
+    silence on the kernel is the kernel's, so that a PTX that stops ptxas every time cannot keep
+    its part ungraded. ptxas's own error is the kernel's, at the first run."""
     from grader import build, grading, launch, toolchain
     calls = []
 
@@ -374,7 +376,35 @@ def test_ptxas_stopped_without_a_word_is_retried_then_the_machines_failure(monke
     monkeypatch.setattr(sandbox, "run_tool", tool([(-9, "", {})]))
     with pytest.raises(launch.AssemblyFailed) as silent:
         launch.assemble(".version 8.0", "sm_100a")
-    assert len(calls) == 2 and "exit status -9, -9" in str(silent.value)
+    assert len(calls) == 3 and "exit status -9, -9" in str(silent.value)
+    assert "known-good kernel did not assemble either" in str(silent.value)
+
+    # The known-good kernel assembles: the kernel's third run decides, and a third silence is its own.
+    def by_input(kernel):
+        def run_tool(argv, inputs, outputs, **kw):
+            ptx = inputs["k.ptx"].decode()
+            calls.append("known_good" if "known_good" in ptx else "kernel")
+            if "known_good" in ptx:
+                assert ".version 8.0\n.target sm_100a" in ptx
+                return 0, "ptxas info", {"k.cubin": b"GOOD"}
+            return kernel.pop(0) if len(kernel) > 1 else kernel[0]
+        return run_tool
+    calls.clear()
+    monkeypatch.setattr(sandbox, "run_tool", by_input([(-11, "", {}), (-11, "", {}), (0, "", {"k.cubin": b"K"})]))
+    assert launch.assemble(".version 8.0", "sm_100a")[0] == b"K"
+    assert calls == ["kernel", "kernel", "known_good", "kernel"]
+    calls.clear()
+    monkeypatch.setattr(sandbox, "run_tool", by_input([(-11, "", {})]))
+    with pytest.raises(launch.AssemblyFailed) as kernels:
+        launch.assemble(".version 8.0", "sm_100a")
+    assert calls == ["kernel", "kernel", "known_good", "kernel"]
+    assert "three times (exit status -11, -11, -11" in str(kernels.value)
+    assert not grading.machine_failed(toolchain.BuildError(str(kernels.value)))
+    assert verdict.exception_result(_ctx("a_flops"), toolchain.BuildError(str(kernels.value))).verdict != report.INFRASTRUCTURE
+    calls.clear()
+    monkeypatch.setattr(sandbox, "run_tool", tool([(-9, "", {})]))
+    with pytest.raises(launch.AssemblyFailed) as silent:
+        launch.assemble(".version 8.0", "sm_100a")
     as_built = toolchain.BuildError(str(silent.value))        # as build.assembled passes it on
     assert grading.machine_failed(as_built)
     assert verdict.exception_result(_ctx("a_flops"), as_built).verdict == report.INFRASTRUCTURE
