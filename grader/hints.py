@@ -102,14 +102,44 @@ def _swizzle_advice(op: str, v: Variant, m: re.Match) -> str:
     where = (f"starts at byte {offset} of shared memory" if offset.strip().isdigit()
              else f"starts at byte offset {offset} of shared memory")
     verdict = "not a multiple of" if status == "disproven" else "not provably a multiple of"
+    index = _unaligned_index(offset, atom)
+    if index is None:
+        fix = (f"Fix: allocate the mbarriers first, then call pool.move_base_to({atom}) before allocating the "
+               f"swizzled tiles (see {LECTURE_SWIZZLE}).")
+    else:
+        term, var, stride = index
+        fix = (f"Fix: the base is on an atom, but the term `{term}` is not: the index `{var}` moves the tile by "
+               f"{stride} byte(s), the stride TIRx gives that dimension. A dimension of extent 1 (a ring of one "
+               "stage) has no stride of its own: index it with an expression that folds to a constant there, "
+               "not with a variable the compiler cannot see through.")
     return "\n".join([
         f"{_OP_NAMES.get(op, op)} cannot be lowered: the shared-memory tile {buf} {where}, {verdict} {atom}.",
         f"Why: TMA computes the {swizzle}-byte swizzle from shared-memory address bits, and the pattern repeats "
         f"every {atom} bytes (one swizzle atom: 8 rows of {swizzle} bytes); only a tile that starts on an atom "
         "boundary receives the layout your code reads.",
-        f"Fix: allocate the mbarriers first, then call pool.move_base_to({atom}) before allocating the "
-        f"swizzled tiles (see {LECTURE_SWIZZLE}).",
+        fix,
     ] + ([f"The copy: {_shorten(v.call)}"] if v.call else []))
+
+
+_TERM_STRIDE = re.compile(r"^(.*\S)\s*\*\s*(\d+)$")
+
+
+def _unaligned_index(offset: str, atom: int) -> tuple[str, str, int] | None:
+    """For an offset ``a * s + ... + c`` whose constant ``c`` is a multiple of the atom: the first
+    term, its index and its stride ``s`` that is not (a term without ``* s`` moves by one byte);
+    None otherwise, or when the offset has parentheses."""
+    if "(" in offset:
+        return None
+    terms = [t.strip() for t in offset.split(" + ")]
+    if sum(int(t) for t in terms if t.isdigit()) % atom:
+        return None
+    for t in terms:
+        if not t.isdigit():
+            m = _TERM_STRIDE.match(t)
+            var, stride = (m.group(1), int(m.group(2))) if m else (t, 1)
+            if stride % atom:
+                return t, var, stride
+    return None
 
 
 def explain(e_or_text) -> str | None:

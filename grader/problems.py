@@ -16,6 +16,8 @@ Problems (the argument order of the kernel call is ``Problem.call``):
   ``kernel(x, y, out, alpha)``, alpha an fp32 scalar; baseline: a device copy of x.
 - ``affine`` (Lab 2, the TMA tile kernel and the pipelined stream): ``out = alpha * x + beta``
   over an fp16 (M, N) tensor; ``kernel(x, out, alpha, beta)``; baseline: a device copy of x.
+  ``affine_ring``: the same, each case with a ring depth of its own (fields M, N, stages), for the
+  stream's correctness at any depth.
 - ``transpose`` (Lab 3): ``b = a.T`` for fp16 a of shape (m, n); ``kernel(a, b)``; baseline: a
   device copy of a; ``torch .t().contiguous()`` timed beside it.
 - ``gemm`` (Lab 5): ``D = A @ B.T``, A [M, K], B [N, K] (both K-major), fp16 in, fp32
@@ -374,6 +376,13 @@ AFFINE = Problem(
     baseline=_copy_baseline("x"),
 )
 
+# The stream of Lab 2 part e at a ring depth of each case's own: its builder takes the depth as its
+# third argument, build_tma_stream(M, N, stages), so that a ring written for one depth fails.
+AFFINE_RING = dataclasses.replace(
+    AFFINE, name="affine_ring", fields=("M", "N", "stages"),
+    doc="out = alpha * x + beta as affine, built with a ring of `stages` stages; kernel(x, out, alpha, beta)",
+    label=lambda s: f"{s.M}x{s.N}, {s.stages} stage{'s' if s.stages != 1 else ''}")
+
 
 # ---------------------------------------------------------------- Lab 3: transpose
 
@@ -640,7 +649,7 @@ ATTENTION = Problem(
 )
 
 
-PROBLEMS: dict[str, Problem] = {p.name: p for p in (SCALE_ADD, AFFINE, TRANSPOSE, GEMM, GEMM_NN, ATTENTION)}
+PROBLEMS: dict[str, Problem] = {p.name: p for p in (SCALE_ADD, AFFINE, AFFINE_RING, TRANSPOSE, GEMM, GEMM_NN, ATTENTION)}
 
 
 def get(name: str) -> Problem:

@@ -89,6 +89,18 @@ def test_the_ring_of_the_stream_kernel_is_named(tmp_path):
     assert "pool.move_base_to(1024)" in said and len(said.splitlines()) <= 5
 
 
+def test_a_tile_indexed_by_a_variable_on_an_extent_of_one_is_told_so(tile_error):
+    """A base on its atom and a run-time index whose stride is not a multiple of it (a ring of one
+    stage indexed by a counter: TIRx gives the extent-1 dimension the element's stride): moving the
+    base would not help, and the message says what would."""
+    said = hints.explain(str(tile_error).replace("shared slice offset=8B", "shared slice offset=cnt * 2 + 1024B"))
+    assert "starts at byte offset cnt * 2 + 1024 of shared memory" in said and "move_base_to" not in said
+    assert "the term `cnt * 2` is not: the index `cnt` moves the tile by 2 byte(s)" in said
+    assert "extent 1" in said and len(said.splitlines()) <= 5
+    moved = hints.explain(str(tile_error).replace("shared slice offset=8B", "shared slice offset=it % 4 * 16384 + 64B"))
+    assert "pool.move_base_to(1024)" in moved and "extent 1" not in moved
+
+
 def test_a_failure_the_course_does_not_know_is_still_a_few_lines(tile_error):
     text = str(tile_error).replace("shared slice offset=8B must preserve 128B alignment",
                                    "box dimension 0 exceeds the swizzle span")

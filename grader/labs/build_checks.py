@@ -1,5 +1,5 @@
 """Build parts that check more than the mechanisms in the SASS: the tensor maps of Lab 2's TMA
-kernels, the shared-memory staging of Lab 3's transposes, and the wgmma accumulator hazard of
+kernels (and the stream's build at a ring of one stage), the shared-memory staging of Lab 3's transposes, and the wgmma accumulator hazard of
 Labs 4 and 5. They hold no reference answer, so the student
 edition ships this module and its check cells, ``check --public`` and ``compile`` all check these
 parts (grader/edition/release.py)."""
@@ -50,6 +50,31 @@ def swizzle_check(name: str, art) -> tuple[bool, str, dict]:
 def tma_build(module, ctx: Context) -> Outcome:
     """Lab 2: compile-only mechanism checks, then the swizzle of every tensor map of the plan."""
     return grading.build_part(module, ctx, swizzle_check)
+
+
+# The stream of part e is also built with a ring of one stage, the shallowest depth of its
+# correctness cases (grader/specs/lab2_tma.toml, problem "affine_ring"): a ring written for one
+# depth shows here, without a GPU.
+RING_DEPTH_ALSO_BUILT = 1
+
+
+def tma_stream_build(module, ctx: Context) -> Outcome:
+    """Lab 2 part e: part d's checks at the build shape, and the stream builds (for the same
+    arch) with a ring of ``RING_DEPTH_ALSO_BUILT`` stage(s) as well."""
+    p = ctx.part.params
+
+    def also_at_one_stage(name: str, art) -> tuple[bool, str, dict]:
+        ok, msg, meas = swizzle_check(name, art)
+        depth = RING_DEPTH_ALSO_BUILT
+        try:
+            build.compile_only(grading.student(module, name)(M=p["M"], N=p["N"], stages=depth), art.arch)
+        except build.BuildError as e:
+            if grading.machine_failed(e):
+                raise
+            return False, (f"{msg}; MISSING: with stages={depth} the stream does not build "
+                           f"({grading.explain_build_error(e)[:600]}): the ring must work at every depth"), meas
+        return ok, f"{msg}; builds with stages={depth} too", meas
+    return grading.build_part(module, ctx, also_at_one_stage)
 
 
 _SASS_OPCODE = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)(?:\.[\w.]*)?[\s;]")

@@ -174,6 +174,7 @@ tensor_maps = build_checks.tensor_maps
 
 GRADERS = {
     "d_build": build_checks.tma_build,
-    "e_build": build_checks.tma_build,
-    # d_correct, e_correct and e_speed: problem "affine" (grader/problems.py), graded by grader/runners.py
+    "e_build": build_checks.tma_stream_build,
+    # d_correct and e_speed: problem "affine", e_correct: "affine_ring" (each case at a ring depth
+    # of its own) (grader/problems.py), graded by grader/runners.py
 }

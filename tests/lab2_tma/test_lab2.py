@@ -146,3 +146,38 @@ def test_kernel_that_drops_beta_fails_with_first_mismatch(root, edit, device):
         '            reg[e] = T.Cast("float16", alpha * T.Cast("float32", reg[e]))\n        for i in T.unroll(CHUNKS):'})
     r = run.check_lab(LAB, nb, inputs.PUBLIC_SEED, device, parts=["d_correct"], progress=lambda m: None)[0]
     assert r.verdict == report.FAILED and "first at" in r.message, r.message
+
+
+# A stage index kept in a running counter, as the lecture's three-stage example keeps it: it builds
+# at the default depth, and at one stage tma_auto cannot prove the slice's alignment.
+RUNNING_STAGE_COUNTER = {
+    "            # producer: one thread keeps the ring full\n            for it in T.serial(n_iter):\n"
+    "                s = T.meta_var(it % stages)\n":
+    "            # producer: one thread keeps the ring full\n            cnt = T.alloc_local((1,), \"int32\")\n"
+    "            cnt[0] = 0\n            for it in T.serial(n_iter):\n                s = T.meta_var(cnt[0])\n",
+    'dispatch="tma_auto", cta_group=1, mbar=full.ptr_to([s]))\n':
+    'dispatch="tma_auto", cta_group=1, mbar=full.ptr_to([s]))\n                cnt[0] = (cnt[0] + 1) % stages\n'}
+
+
+def test_the_stream_is_graded_at_every_ring_depth_and_built_at_one_stage(root, edit, tmp_path):
+    """Part e's correctness cases each run at a ring depth of their own, one stage included (public
+    and hidden), and its build check also builds a ring of one stage, so that a ring written for
+    one depth (the lecture's example has three) shows without a GPU. The reference passes; a
+    stream with a running stage counter builds at the default depth only and fails the part."""
+    from grader import problems
+    lab = spec.load(LAB)
+    e = lab.part("e_correct").params
+    ring = problems.PROBLEMS[e["problem"]]
+    depths = [ring.shape(s).stages for s in e["public_shapes"]]
+    assert ring.fields[-1] == "stages" and build_checks.RING_DEPTH_ALSO_BUILT in depths
+    assert len(set(depths)) >= 4 and build_checks.RING_DEPTH_ALSO_BUILT in e["hidden_choices"]["stages"]
+    assert lab.part("e_speed").params["problem"] == "affine"      # timed at the student's default depth
+    no_gpu = hardware.Device(False, "", None, "", reason="no GPU in this test")
+    ctx = Context(lab, lab.part("e_build"), inputs.PUBLIC_SEED, no_gpu)
+    good = verdict.grade_part(_module(os.path.join(root, *SOLUTION), tmp_path), ctx)
+    assert good.verdict == report.PASSED and good.message.count("builds with stages=1 too") == 2, good.message
+    counter = _module(edit(os.path.join(root, *SOLUTION), RUNNING_STAGE_COUNTER), tmp_path)
+    build.compile_only(counter.build_tma_stream(1024, 1024), "sm_90a")         # builds at the default depth
+    bad = verdict.grade_part(counter, ctx)
+    assert bad.points == 0 and bad.message.count("with stages=1 the stream does not build") == 2, bad.message
+    assert "the index `cnt` moves the tile by 2 byte(s)" in bad.message and "move_base_to" not in bad.message
