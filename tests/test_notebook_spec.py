@@ -125,3 +125,17 @@ def test_what_notebooks_and_the_readme_write_is_git_ignored(root):
     proc = subprocess.run(["git", "check-ignore", "--no-index", "--stdin"], cwd=root, input="\n".join(paths),
                           capture_output=True, text=True)
     assert sorted(proc.stdout.split()) == sorted(paths), set(paths) - set(proc.stdout.split())
+
+
+_STATED_CREDIT = re.compile(r"full credit[^.]*?\bat (\d+(?:\.\d+)?)x")
+
+
+@pytest.mark.parametrize("lab", LABS)
+def test_a_speed_threshold_the_notebook_states_is_the_specs(root, lab):
+    """A ratio the notebook's text gives as full credit is one of the lab's threshold rows (Lab 2's
+    text once said 0.95x where its spec said 0.85x)."""
+    rows = {t.full for p in spec.load(lab).parts for t in p.thresholds.values()}
+    for cell in _notebook(root, lab)["cells"]:
+        if cell["cell_type"] == "markdown":
+            for stated in _STATED_CREDIT.findall(_source(cell).replace("\n", " ")):
+                assert float(stated) in rows, f"{lab}: the notebook states full credit at {stated}x; the spec's rows: {sorted(rows)}"
