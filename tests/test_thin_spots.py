@@ -193,6 +193,7 @@ def test_the_lectures_complete_kernels_are_the_ones_listed():
         ("lab5_gemm_pipeline", "two_roles", "sm_90a"), ("lab5_gemm_pipeline", "handshake", "sm_90a"),
         ("lab5_gemm_pipeline", "pair_tile", "sm_100a"), ("lab5_gemm_pipeline", "ring_sumsq", "sm_90a"),
         ("lab6_flash_attention", "turns", "sm_90a"), ("lab6_flash_attention", "lse_pairs", "sm_90a"),
+        ("lab6_flash_attention", "chained_tile", "sm_100a"),
         ("lab1_roofline", "leaky_relu", "sm_90a"), ("lab1_roofline", "clamp", "sm_90a"),
         ("lab2_tma", "add_relu_tile", "sm_90a"), ("lab2_tma", "downcast_stream", "sm_90a"),
         ("lab3_layout_swizzle", "row_sums", "sm_90a"),
@@ -226,6 +227,16 @@ def test_the_lectures_complete_kernels_compile_to_what_the_lectures_say():
     arch, src = kernels["turns"]
     art = _compile(src, "turns", arch)
     assert "BAR.ARV" in art.sass and "BAR.SYNC" in art.sass and "VOTE.ANY" in art.sass
+
+    # Lab 6: an fp16 view of TMEM columns, tcgen05.st of fp16 pairs, A read from TMEM, B K x N.
+    arch, src = kernels["chained_tile"]
+    art = _compile(src, "chained_tile", arch)
+    mmas = [ln for ln in art.ptx.splitlines() if "tcgen05.mma" in ln]
+    from_tmem = [ln for ln in mmas if re.search(r"tcgen05\.mma\S*\s+\[%r\d+\],\s*\[%r\d+\]", ln)]
+    assert len(mmas) == 2 + 8 and len(from_tmem) == 8, mmas       # K = 32 from SMEM, K = 128 with A in TMEM
+    assert len(re.findall(r"UTCHMMA tmem\[", art.sass)) == 8
+    assert art.ptx.count("tcgen05.st.sync.aligned.32x32b.x16.b32") == 4
+    assert "0 bytes spill stores" in art.ptxas_log
 
 
 # ---------------------------------------------------------------- 2. a consumer that starts at phase 1
