@@ -50,7 +50,9 @@ def test_the_lecture_shows_the_variants_and_keeps_the_calls():
     assert "Qtile.view(GRP, SPAN, HEAD_DIM)" in load and "Qh[b, hkv * GRP:(hkv + 1) * GRP, tile * SPAN" in load
     assert "T.ptx.mbarrier.arrive.expect_tx(" in load
     kernels = {name: src for lab, name, arch, src in lecture_kernels() if lab == LAB}
-    assert set(kernels) == {"turns", "lse_pairs"}
+    assert set(kernels) == {"turns", "lse_pairs", "chained_tile"}
+    chained = kernels["chained_tile"]         # TMEM's fp16 view and an A from TMEM, on another problem
+    assert "T.max(h[e], T.float32(0))" in chained and "transB=True" in chained and "H16_COL" in chained
     assert 'T.cuda.warp_reduce(hi[0], "max", 2)' in kernels["lse_pairs"] and "JUMP = 4.0" in kernels["lse_pairs"]
     assert "T.warpgroup_id([3])" in kernels["turns"] and "RELAY + (g + 1) % 3" in kernels["turns"]
     bias = next(b for b in blocks if "bias_in.arrive(0)" in b)
