@@ -1,6 +1,8 @@
-"""What TMA does with a box that lies wholly outside its tensor, measured on the GPU (the lecture
-of Lab 2 states it from this test): a load of such a box delivers its whole byte count, so the
-barrier's phase completes, and fills the tile with zeros; a store of such a box writes nothing."""
+"""What TMA does with a box that lies wholly outside its tensor, a question the lectures leave open
+(a persistent kernel's last tiles may fall there). The GPU test checks the expectation: a load of
+such a box delivers its whole byte count, so the barrier's phase completes, and fills the tile
+with zeros; a store of such a box writes nothing. A lecture may state it once this test has
+passed on the course's GPUs."""
 import pytest
 import torch
 from tvm.backend.cuda.tile_primitive.tma_utils import SwizzleMode, mma_shared_layout
