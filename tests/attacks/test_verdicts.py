@@ -385,7 +385,7 @@ def test_ptxas_stopped_without_a_word_is_retried_then_the_machines_failure(monke
             ptx = inputs["k.ptx"].decode()
             calls.append("known_good" if "known_good" in ptx else "kernel")
             if "known_good" in ptx:
-                assert ".version 8.0\n.target sm_100a" in ptx
+                assert ptx == launch.KNOWN_GOOD_PTX.format(arch="sm_100a")      # nothing of the submission's
                 return 0, "ptxas info", {"k.cubin": b"GOOD"}
             return kernel.pop(0) if len(kernel) > 1 else kernel[0]
         return run_tool
@@ -395,8 +395,8 @@ def test_ptxas_stopped_without_a_word_is_retried_then_the_machines_failure(monke
     assert calls == ["kernel", "kernel", "known_good", "kernel"]
     calls.clear()
     monkeypatch.setattr(sandbox, "run_tool", by_input([(-11, "", {})]))
-    with pytest.raises(launch.AssemblyFailed) as kernels:
-        launch.assemble(".version 8.0", "sm_100a")
+    with pytest.raises(launch.AssemblyFailed) as kernels:      # a forged version in a comment changes nothing
+        launch.assemble("/*\n.version 99.9\n*/\n.version 8.0", "sm_100a")
     assert calls == ["kernel", "kernel", "known_good", "kernel"]
     assert "three times (exit status -11, -11, -11" in str(kernels.value)
     assert not grading.machine_failed(toolchain.BuildError(str(kernels.value)))

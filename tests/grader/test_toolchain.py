@@ -124,3 +124,14 @@ def test_without_workers_a_later_compile_is_made_when_asked(monkeypatch):
     monkeypatch.setattr(toolchain, "nvrtc_ptx", lambda src, arch: calls.append(arch) or f"// {src}")
     later = toolchain.nvrtc_later("int x;", "sm_90a")
     assert calls == [] and later.result() == "// int x;" and calls == ["sm_90a"]
+
+
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_100a"])
+def test_the_known_good_kernel_assembles_with_the_course_ptxas(arch):
+    """The kernel that tells a machine's silent ptxas from a kernel's (grader/launch.py) must
+    assemble wherever the course runs, or every silent stop would be called the machine's."""
+    from grader import launch
+    if toolchain.tool("ptxas") is None:
+        pytest.skip("no ptxas installed")
+    cubin, log = launch.assemble(launch.KNOWN_GOOD_PTX.format(arch=arch), arch)
+    assert cubin and "known_good" in log
